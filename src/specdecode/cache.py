@@ -1,0 +1,63 @@
+"""Static KV cache: preallocated key/value tensors plus a length.
+
+Rollback is moving the length back: entries past it are simply overwritten by the next forward
+(as in gpt-fast). Capacity grows by doubling when a forward would overflow it, so short prompts do
+not pay for the whole context window up front.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class StaticKVCache:
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        max_capacity: int,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.shape = (num_layers, num_kv_heads, head_dim)
+        self.max_capacity = max_capacity
+        self.dtype, self.device = dtype, device
+        self.length = 0
+        self._allocate(min(capacity, max_capacity))
+
+    def _allocate(self, capacity: int) -> None:
+        layers, heads, dim = self.shape
+        keys = torch.zeros(layers, heads, capacity, dim, dtype=self.dtype, device=self.device)
+        values = torch.zeros_like(keys)
+        if hasattr(self, "keys"):  # keep what is cached when growing
+            keys[:, :, : self.length] = self.keys[:, :, : self.length]
+            values[:, :, : self.length] = self.values[:, :, : self.length]
+        self.keys, self.values = keys, values  # [layers, kv_heads, capacity, head_dim]
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[2]
+
+    def reserve(self, new_tokens: int) -> None:
+        """Make room for `new_tokens` more entries after `length`."""
+        needed = self.length + new_tokens
+        if needed > self.max_capacity:
+            raise ValueError(f"KV cache overflow: {needed} > {self.max_capacity} positions")
+        if needed > self.capacity:
+            self._allocate(min(self.max_capacity, max(needed, 2 * self.capacity)))
+
+    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor):
+        """Store k, v ([kv_heads, T, head_dim]) at positions start..start+T of `layer`.
+
+        Returns the keys and values for positions 0..start+T ([kv_heads, start+T, head_dim])."""
+        end = start + k.shape[1]
+        self.keys[layer, :, start:end] = k
+        self.values[layer, :, start:end] = v
+        return self.keys[layer, :, :end], self.values[layer, :, :end]
+
+    def rollback(self, length: int) -> None:
+        """Forget every entry at position >= length."""
+        assert 0 <= length <= self.length, (length, self.length)
+        self.length = length

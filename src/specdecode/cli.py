@@ -1,0 +1,128 @@
+"""Command line: `specdecode generate | bench | search-layers`.
+
+User mistakes (`SpecDecodeError`) print one line on stderr and exit with code 2; so do argument
+errors. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from . import DEFAULT_METHOD, DEFAULT_MODEL
+from .drafters import DRAFTERS
+from .errors import InvalidParameterError, SpecDecodeError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line instead of usage + error
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"alias, .gguf file, model directory or hub id (default: {DEFAULT_MODEL})")
+    p.add_argument("--backend", default="auto", choices=["auto", "native", "transformers"],
+                   help="native Llama-family path or transformers (default: native when supported)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="weight dtype of the target as loaded (default: float32)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores)")
+
+
+def _add_drafter_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--draft-model", help="draft: smaller model with the same tokenizer")
+    p.add_argument("--k", type=int, help="draft length γ (default: the method's own)")
+    p.add_argument("--adaptive", action="store_true",
+                   help="adapt γ: +2 after a fully accepted draft, -1 after a rejection")
+    p.add_argument("--k-max", type=int, default=16, help="upper bound for adaptive γ (default 16)")
+    p.add_argument("--layers", help="layerskip: comma-separated decoder layers the draft runs "
+                                    "(default: the model's searched profile)")
+    p.add_argument("--ngram-max", type=int, default=3, help="lookup: longest n-gram (default 3)")
+    p.add_argument("--ngram-min", type=int, default=1, help="lookup: shortest n-gram (default 1)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    methods = ", ".join(sorted(DRAFTERS))
+    parser = _Parser(prog="specdecode", description=(
+        "Lossless speculative decoding: a cheap drafter proposes tokens, the model verifies them "
+        "all in one forward pass; the output is exactly what the model alone would produce."))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="generate text and print the run's statistics",
+                       description="Generate from PROMPT (or --prompt-file, or stdin), streaming "
+                                   "the text, then print τ, acceptance rate and speed.")
+    g.add_argument("prompt", nargs="?", help="the prompt (default: --prompt-file or stdin)")
+    g.add_argument("--prompt-file", help="read the prompt from this file")
+    _add_model_args(g)
+    g.add_argument("--method", default=DEFAULT_METHOD,
+                   help=f"decoding method: {methods} (default: {DEFAULT_METHOD}, the fastest "
+                        "lossless method measured on the default model; ar = plain decoding)")
+    _add_drafter_args(g)
+    g.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
+    g.add_argument("--seed", type=int, help="seed for sampling (reproducible runs)")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    g.add_argument("--compare", action="store_true",
+                   help="also run plain decoding; print both, the speed-up and whether the "
+                        "greedy outputs are token-identical")
+
+    b = sub.add_parser("bench", help="Spec-Bench speed table: our methods and transformers",
+                       description="Run the first N prompts of each Spec-Bench task group with "
+                                   "plain decoding, every drafter and transformers generate() "
+                                   "(plain and prompt lookup), interleaved, and print a table.")
+    _add_model_args(b)
+    b.add_argument("--limit", type=int, default=3, help="prompts per task group (default 3)")
+    b.add_argument("--methods", default="ar,lookup,layerskip,draft,hf,hf-lookup",
+                   help="comma-separated; draft runs only with --draft-model (default: all)")
+    _add_drafter_args(b)
+    b.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    b.add_argument("--repeats", type=int, default=2, help="timed repeats per prompt (median)")
+    b.add_argument("--hf-lookup-tokens", type=int, default=10,
+                   help="transformers prompt_lookup_num_tokens (default 10)")
+    b.add_argument("--out", default="bench-out", help="directory for the JSON results")
+    b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy)")
+
+    s = sub.add_parser("search-layers", help="search which layers layerskip should skip",
+                       description="Time candidate layer-skip sets on calibration prompts and "
+                                   "save the fastest (or 'none beats plain') in the model profile.")
+    _add_model_args(s)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(format="specdecode: %(message)s", level=logging.WARNING)
+    args = build_parser().parse_args(argv)
+    try:
+        if args.threads is not None:
+            if args.threads < 1:
+                raise InvalidParameterError(f"--threads must be >= 1, got {args.threads}")
+            import torch
+
+            torch.set_num_threads(args.threads)
+        from . import commands
+
+        return getattr(commands, args.command.replace("-", "_"))(args)
+    except SpecDecodeError as exc:
+        print(f"specdecode: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("specdecode: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The CLI's subcommands: argument plumbing and printing only; the work is done by the library."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .cli import print_json
+from .drafters import DrafterOptions
+from .errors import InvalidParameterError, SpecDecodeError
+from .metrics import RunStats
+from .models import load_model
+from .pipeline import SpecDecoder
+
+
+def drafter_options(args: argparse.Namespace) -> DrafterOptions:
+    if args.k is not None and args.k < 1:
+        raise InvalidParameterError(f"--k must be >= 1, got {args.k}")
+    layers = None
+    if args.layers:
+        try:
+            layers = tuple(int(x) for x in args.layers.split(","))
+        except ValueError:
+            raise InvalidParameterError(f"--layers takes comma-separated integers, got {args.layers!r}")
+    return DrafterOptions(args.draft_model, layers, args.ngram_max, args.ngram_min)
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    if args.prompt_file:
+        try:
+            return Path(args.prompt_file).read_text()
+        except OSError as exc:
+            raise SpecDecodeError(f"cannot read prompt file {args.prompt_file}: {exc.strerror}")
+    if sys.stdin is None or sys.stdin.isatty():
+        raise InvalidParameterError("give a PROMPT, --prompt-file FILE, or pipe the prompt to stdin")
+    return sys.stdin.read()
+
+
+def generate(args: argparse.Namespace) -> int:
+    prompt = _read_prompt(args)
+    options = drafter_options(args)
+    model = load_model(args.model, backend=args.backend, dtype=args.dtype)
+    decoder = SpecDecoder(model, args.method, options, args.k, args.adaptive, args.k_max)
+    ids = decoder.prompt_ids(prompt, chat=not args.no_chat)
+    kwargs = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                  top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop=tuple(args.stop))
+    plain = SpecDecoder(model, "ar") if args.compare else None
+    if plain:  # the first forward pays one-time allocations: warm both up before timing
+        for d in (decoder, plain):
+            d.generate(ids, **{**kwargs, "max_new_tokens": 2})
+    if args.json:
+        result = decoder.generate(ids, **kwargs)
+    else:
+        chunks = []
+        for chunk in decoder.stream(ids, **kwargs):
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+            chunks.append(chunk)
+        print()
+        from .engine import collect
+
+        result = collect(chunks)
+    base = plain.generate(ids, **kwargs) if plain else None
+    greedy = args.temperature == 0
+    if args.json:
+        out = {"text": result.text, "token_ids": result.token_ids, "method": args.method,
+               "finish_reason": result.finish_reason, "stats": result.stats.to_dict()}
+        if base:
+            out["compare"] = {"ar": base.stats.to_dict(),
+                              "speedup": _ratio(result.stats, base.stats),
+                              "identical": result.token_ids == base.token_ids if greedy else None}
+        print_json(out)
+        return 0
+    rows = [(args.method, result.stats)] + ([("ar", base.stats)] if base else [])
+    print(f"\n[{model.name} · {model.backend} {args.dtype} · {decoder.describe()}]")
+    print(format_stats(rows))
+    if base:
+        same = ("yes" if result.token_ids == base.token_ids else "NO") if greedy else "n/a (sampling)"
+        print(f"speed-up over plain decoding: {_ratio(result.stats, base.stats):.2f}x · "
+              f"greedy output token-identical: {same}")
+    return 0
+
+
+def _ratio(stats: RunStats, base: RunStats) -> float:
+    return round(stats.tokens_per_second / base.tokens_per_second, 3) if base.tokens_per_second else 0.0
+
+
+def format_stats(rows: list[tuple[str, RunStats]]) -> str:
+    """The stats table: one row per method, then acceptance detail for each speculative row."""
+    head = (f"{'method':<10} {'tokens':>6} {'target fw':>9} {'draft fw':>8} {'tau':>5} "
+            f"{'accept':>6} {'tok/s':>7} {'wall s':>7}  {'draft/verify/other s':>20}")
+    lines = [head, "-" * len(head)]
+    for name, s in rows:
+        rate = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.0%}"
+        split = f"{s.draft_seconds:.2f}/{s.verify_seconds:.2f}/{s.other_seconds + s.prefill_seconds:.2f}"
+        lines.append(f"{name:<10} {s.new_tokens:>6} {s.target_forwards:>9} {s.draft_forwards:>8} "
+                     f"{s.tau:>5.2f} {rate:>6} {s.tokens_per_second:>7.1f} {s.wall_seconds:>7.2f}"
+                     f"  {split:>20}")
+    for name, s in rows:
+        if s.drafted:
+            by_pos = " ".join(f"{r:.0%}" for r in s.acceptance_by_position[:8])
+            lines.append(f"{name}: acceptance by draft position: {by_pos}; "
+                         f"accepted-per-step histogram: {s.accepted_histogram}")
+    return "\n".join(lines)
+
+
+def bench(args: argparse.Namespace) -> int:
+    from .bench.specbench import run_bench
+
+    return run_bench(args)
+
+
+def search_layers(args: argparse.Namespace) -> int:
+    from .drafters.layerskip import PROFILE_SECTION, search_layers as search
+    from .profiles import save_profile_section
+
+    model = load_model(args.model, backend=args.backend, dtype=args.dtype)
+    if model.backend != "native":
+        raise InvalidParameterError("layerskip needs the native backend (a Llama-family model)")
+    profile = search(model)
+    path = save_profile_section(model.key, PROFILE_SECTION, profile)
+    verdict = (f"skip set {profile['layers']} with k={profile['k']}" if profile["layers"]
+               else "no skip set beats plain decoding; layerskip will decode plainly")
+    print(f"{model.name}: best measured {profile['best_speedup']:.2f}x over plain "
+          f"(agreement {profile['agreement']:.0%}): {verdict}. Saved to {path}")
+    return 0

@@ -1,0 +1,92 @@
+"""Per-run statistics: what every user asks of a speculative run.
+
+τ (tau) = new tokens / target forwards, bonus tokens included (plain decoding has τ = 1);
+acceptance rate = accepted draft tokens / drafted tokens. The CLI table, `--json` and the benchmark
+are all sinks that read this one dataclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunStats:
+    new_tokens: int = 0
+    target_forwards: int = 0  # decoding steps; the prompt's prefill is counted in prefill_seconds
+    draft_forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafted_at: list[int] = field(default_factory=list)  # [i]: drafts that had a token at position i
+    accepted_at: list[int] = field(default_factory=list)  # [i]: drafts whose token i was accepted
+    accepted_histogram: list[int] = field(default_factory=list)  # [a]: steps that accepted a tokens
+    prefill_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0  # target forward + verification
+    wall_seconds: float = 0.0  # prefill + decoding, no model loading
+
+    def observe(
+        self, drafted: int, accepted: int, draft_forwards: int, draft_seconds: float,
+        verify_seconds: float,
+    ) -> None:
+        """Record one engine step (one target forward)."""
+        self.target_forwards += 1
+        self.draft_forwards += draft_forwards
+        self.drafted += drafted
+        self.accepted += accepted
+        _grow(self.drafted_at, drafted)
+        _grow(self.accepted_at, drafted)
+        _grow(self.accepted_histogram, accepted + 1)
+        for i in range(drafted):
+            self.drafted_at[i] += 1
+        for i in range(accepted):
+            self.accepted_at[i] += 1
+        self.accepted_histogram[accepted] += 1
+        self.draft_seconds += draft_seconds
+        self.verify_seconds += verify_seconds
+
+    @property
+    def tau(self) -> float:
+        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [a / d for a, d in zip(self.accepted_at, self.drafted_at) if d]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def other_seconds(self) -> float:
+        busy = self.prefill_seconds + self.draft_seconds + self.verify_seconds
+        return max(0.0, self.wall_seconds - busy)
+
+    def to_dict(self) -> dict:
+        return {
+            "new_tokens": self.new_tokens,
+            "target_forwards": self.target_forwards,
+            "draft_forwards": self.draft_forwards,
+            "tau": round(self.tau, 4),
+            "acceptance_rate": None if self.acceptance_rate is None else round(self.acceptance_rate, 4),
+            "tokens_per_second": round(self.tokens_per_second, 3),
+            "wall_seconds": round(self.wall_seconds, 4),
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_by_position": [round(r, 4) for r in self.acceptance_by_position],
+            "accepted_histogram": self.accepted_histogram,
+            "seconds": {
+                "prefill": round(self.prefill_seconds, 4),
+                "drafting": round(self.draft_seconds, 4),
+                "verifying": round(self.verify_seconds, 4),
+                "other": round(self.other_seconds, 4),
+            },
+        }
+
+
+def _grow(counts: list[int], size: int) -> None:
+    counts.extend([0] * (size - len(counts)))

