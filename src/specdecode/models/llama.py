@@ -37,6 +37,7 @@ class _Layer:
     qkv: torch.Tensor  # [(n_heads + 2 n_kv) d, H]
     qkv_bias: torch.Tensor | None  # [(n_heads + 2 n_kv) d]
     out: torch.Tensor  # [H, n_heads d]
+    out_bias: torch.Tensor | None  # [H] (Llama with attention_bias=True)
     post_norm: torch.Tensor  # [H]
     gate_up: torch.Tensor  # [2 I, H]
     down: torch.Tensor  # [H, I]
@@ -67,12 +68,14 @@ class NativeLlama:
             bias = None
             if attn.q_proj.bias is not None:
                 bias = cast(torch.cat([p.bias for p in projections]))
+            out_bias = None if attn.o_proj.bias is None else cast(attn.o_proj.bias)
             self.layers.append(
                 _Layer(
                     input_norm=cast(layer.input_layernorm.weight),
                     qkv=cast(torch.cat([p.weight for p in projections])),
                     qkv_bias=bias,
                     out=cast(attn.o_proj.weight),
+                    out_bias=out_bias,
                     post_norm=cast(layer.post_attention_layernorm.weight),
                     gate_up=cast(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
                     down=cast(mlp.down_proj.weight),
@@ -140,7 +143,7 @@ class NativeLlama:
         q = q.reshape(n_kv, group * T, d)
         o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [n_kv, group T, d]
         o = o.reshape(self.num_heads, T, d).transpose(0, 1).reshape(T, self.num_heads * d)
-        return _linear(o, w.out)
+        return _linear(o, w.out, w.out_bias)
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

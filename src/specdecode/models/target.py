@@ -65,7 +65,7 @@ class HFTarget:
         out = self.model(
             input_ids=tokens[None],
             position_ids=positions[None],
-            past_key_values=self.cache,
+            cache=self.cache,
             use_cache=True,
         )
         self._length += tokens.shape[0]

@@ -1,0 +1,78 @@
+"""Shared fixtures: tiny random-initialised models (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+import transformers
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_for_tiny_models(request):
+    """Tiny models (a few thousand parameters) run fastest on one thread: intra-op threads only add
+    synchronisation overhead, and stall badly when another process holds a core. Tests on the real
+    model (marked `real_model`) keep torch's default."""
+    if request.node.get_closest_marker("real_model"):
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@functools.lru_cache(maxsize=None)
+def make_tiny_llama(
+    seed: int,
+    vocab: int = 64,
+    layers: int = 2,
+    init: float = 0.3,
+    max_positions: int = 256,
+    arch: str = "llama",
+    attention_bias: bool = False,
+) -> torch.nn.Module:
+    """A tiny random transformers causal LM (Llama, or Qwen2 with `arch="qwen2"`).
+
+    A large `init` (initializer_range) makes the logits peaked, so greedy argmax margins are far
+    above the rounding differences between scoring 1 and K tokens at once. Cached: the returned
+    module is stateless and must not be modified by tests."""
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        initializer_range=init,
+        tie_word_embeddings=False,
+    )
+    if arch == "llama":
+        config = transformers.LlamaConfig(attention_bias=attention_bias, **common)
+        cls = transformers.LlamaForCausalLM
+    elif arch == "qwen2":
+        config = transformers.Qwen2Config(use_sliding_window=False, **common)
+        cls = transformers.Qwen2ForCausalLM
+    else:
+        raise ValueError(arch)
+    torch.manual_seed(seed)
+    model = cls(config).eval()
+    if attention_bias or arch == "qwen2":
+        # biases are zero-initialised; make them matter
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith(".bias"):
+                    param.normal_(0.0, init)
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    """Factory: `tiny_llama(seed, vocab=64, layers=2, init=0.3, max_positions=256, ...)`."""
+    return make_tiny_llama
+
+
+# fixtures that need a real tokenizer (the default model, tiny models saved as directories)
+pytest_plugins = ["model_fixtures"]

@@ -1,0 +1,63 @@
+"""Prompt lookup: the continuation of the most recent earlier match of the context's suffix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdecode.drafters.lookup import PromptLookup, find_continuation
+from specdecode.errors import InvalidParameterError
+from specdecode.sampling import SamplingParams
+
+
+def t(*ids: int) -> torch.Tensor:
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def test_find_continuation_proposes_tokens_after_the_most_recent_match():
+    context = t(1, 2, 3, 9, 1, 2, 4, 5, 1, 2)
+    assert find_continuation(context, 2, 3).tolist() == [4, 5, 1]  # latest "1 2" is at index 4
+    assert find_continuation(context, 1, 2).tolist() == [4, 5]
+
+
+def test_find_continuation_never_matches_the_suffix_itself():
+    assert find_continuation(t(5, 6, 7), 2, 4).tolist() == []
+    assert find_continuation(t(7, 7), 1, 4).tolist() == [7]
+
+
+def test_find_continuation_is_cut_at_k_and_at_the_end_of_context():
+    context = t(1, 2, 3, 4, 5, 1, 2)
+    assert find_continuation(context, 2, 2).tolist() == [3, 4]
+    assert find_continuation(context, 2, 100).tolist() == [3, 4, 5, 1, 2]
+
+
+def test_find_continuation_with_context_not_longer_than_n_is_empty():
+    assert find_continuation(t(1, 2), 2, 3).numel() == 0
+    assert find_continuation(t(1), 1, 3).numel() == 0
+
+
+def test_prompt_lookup_prefers_the_longest_ngram():
+    # the 1-gram "3" last occurred before 8; the 2-gram "2 3" last occurred before 5
+    context = t(2, 3, 5, 3, 8, 2, 3)
+    lookup = PromptLookup(ngram_max=2, ngram_min=1)
+    draft = lookup.propose(context, 1, SamplingParams(), None)
+    assert draft.tokens.tolist() == [5]
+    assert draft.q is None and draft.forwards == 0
+    assert PromptLookup(1, 1).propose(context, 1, SamplingParams(), None).tokens.tolist() == [8]
+
+
+def test_prompt_lookup_without_any_match_proposes_nothing():
+    draft = PromptLookup(3, 1).propose(t(1, 2, 3, 4), 4, SamplingParams(), None)
+    assert draft.tokens.numel() == 0 and draft.tokens.dtype == torch.long
+
+
+def test_prompt_lookup_respects_ngram_min():
+    context = t(4, 1, 2, 3, 9, 3)  # only a 1-gram match ("3")
+    assert PromptLookup(3, 2).propose(context, 4, SamplingParams(), None).tokens.numel() == 0
+    assert PromptLookup(3, 1).propose(context, 4, SamplingParams(), None).tokens.tolist() == [9, 3]
+
+
+@pytest.mark.parametrize("ngram_max, ngram_min", [(1, 2), (3, 0), (0, 0)])
+def test_prompt_lookup_rejects_invalid_ngram_range(ngram_max, ngram_min):
+    with pytest.raises(InvalidParameterError):
+        PromptLookup(ngram_max, ngram_min)

@@ -1,0 +1,193 @@
+"""`NativeLlama` reproduces the transformers model it was built from."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import transformers
+
+from specdecode.models.llama import NativeLlama, supports
+from specdecode.models.target import HFTarget
+
+V = 64
+ATOL = 1e-4
+
+
+def hf_logits(model, tokens: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=tokens[None]).logits[0]
+
+
+def tokens(n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("seed, layers", [(0, 2), (1, 3), (2, 4)])
+def test_native_logits_match_transformers_in_one_forward(seed, layers, tiny_llama):
+    model = tiny_llama(seed, vocab=V, layers=layers)
+    ids = tokens(40, seed)
+    torch.testing.assert_close(NativeLlama(model).forward(ids), hf_logits(model, ids), atol=ATOL,
+                               rtol=0)
+
+
+def test_native_logits_match_transformers_when_fed_in_chunks(tiny_llama):
+    model = tiny_llama(3, vocab=V, layers=2)
+    ids = tokens(40, 3)
+    native = NativeLlama(model)
+    chunks = [native.forward(ids[a:b]) for a, b in [(0, 10), (10, 11), (11, 12), (12, 17),
+                                                    (17, 18), (18, 40)]]
+    torch.testing.assert_close(torch.cat(chunks), hf_logits(model, ids), atol=ATOL, rtol=0)
+    assert native.length == 40
+
+
+def test_native_attributes_describe_the_model(tiny_llama):
+    native = NativeLlama(tiny_llama(0, vocab=V, layers=3, max_positions=128))
+    assert native.vocab_size == V
+    assert native.max_length == 128
+    assert native.num_layers == 3
+    assert native.length == 0
+
+
+def test_native_matches_transformers_with_tied_embeddings():
+    config = transformers.LlamaConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        initializer_range=0.3, tie_word_embeddings=True)
+    torch.manual_seed(4)
+    model = transformers.LlamaForCausalLM(config).eval()
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    ids = tokens(20, 4)
+    torch.testing.assert_close(NativeLlama(model).forward(ids), hf_logits(model, ids), atol=ATOL,
+                               rtol=0)
+
+
+def test_native_matches_transformers_with_explicit_head_dim():
+    # head_dim (16) != hidden_size / num_heads (8), as in some Llama-family configs
+    config = transformers.LlamaConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=16, max_position_embeddings=64,
+        initializer_range=0.3, tie_word_embeddings=False)
+    torch.manual_seed(5)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = tokens(20, 5)
+    torch.testing.assert_close(NativeLlama(model).forward(ids), hf_logits(model, ids), atol=ATOL,
+                               rtol=0)
+
+
+def test_native_matches_transformers_for_qwen2_with_attention_bias(tiny_llama):
+    model = tiny_llama(6, vocab=V, layers=2, arch="qwen2")
+    assert model.model.layers[0].self_attn.q_proj.bias is not None
+    assert model.model.layers[0].self_attn.q_proj.bias.abs().sum() > 0
+    assert supports(model.config)
+    ids = tokens(30, 6)
+    native = NativeLlama(model)
+    torch.testing.assert_close(native.forward(ids[:20]), hf_logits(model, ids[:20]), atol=ATOL,
+                               rtol=0)
+    torch.testing.assert_close(native.forward(ids[20:]), hf_logits(model, ids)[20:], atol=ATOL,
+                               rtol=0)
+
+
+def test_native_matches_transformers_for_mistral_without_sliding_window():
+    config = transformers.MistralConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        initializer_range=0.3, tie_word_embeddings=False, sliding_window=None)
+    torch.manual_seed(8)
+    model = transformers.MistralForCausalLM(config).eval()
+    assert supports(config)
+    ids = tokens(20, 8)
+    torch.testing.assert_close(NativeLlama(model).forward(ids), hf_logits(model, ids), atol=ATOL,
+                               rtol=0)
+
+
+def test_native_matches_transformers_for_llama_with_attention_bias(tiny_llama):
+    """LlamaConfig(attention_bias=True) puts a bias on q/k/v *and* o_proj; the native path
+    reproduces both."""
+    model = tiny_llama(9, vocab=V, layers=2, attention_bias=True)
+    assert model.model.layers[0].self_attn.o_proj.bias is not None
+    assert supports(model.config)
+    ids = tokens(20, 9)
+    torch.testing.assert_close(NativeLlama(model).forward(ids), hf_logits(model, ids), atol=ATOL,
+                               rtol=0)
+
+
+def test_native_matches_transformers_past_initial_cache_capacity(tiny_llama):
+    """The static cache starts at 1024 positions and grows (with the RoPE tables) beyond."""
+    model = tiny_llama(10, vocab=V, layers=2, max_positions=2048)
+    native = NativeLlama(model)
+    assert native.cache.capacity == 1024
+    ids = tokens(1100, 10)
+    out = [native.forward(ids[a:b]) for a, b in [(0, 1000), (1000, 1030), (1030, 1031),
+                                                   (1031, 1100)]]
+    assert native.cache.capacity > 1024
+    torch.testing.assert_close(torch.cat(out), hf_logits(model, ids), atol=ATOL, rtol=0)
+
+
+def test_forward_raises_when_context_window_is_exceeded(tiny_llama):
+    native = NativeLlama(tiny_llama(0, vocab=V, max_positions=32))
+    native.forward(tokens(30))
+    with pytest.raises(ValueError):
+        native.forward(tokens(3))
+
+
+# --- layer subsets (self-speculative drafting) --------------------------------------------------
+
+
+def truncated(model, keep: int):
+    """A copy of `model` with only its first `keep` decoder layers (same norm and head)."""
+    small = copy.deepcopy(model)
+    small.model.layers = torch.nn.ModuleList(list(small.model.layers)[:keep])
+    small.config.num_hidden_layers = keep
+    return small
+
+
+def test_layer_subset_runs_fewer_layers_and_differs_from_full_forward(tiny_llama):
+    model = tiny_llama(11, vocab=V, layers=4)
+    ids = tokens(12, 11)
+    full = NativeLlama(model).forward(ids)
+    subset = NativeLlama(model).forward(ids, layers=[0, 1])
+    assert (full - subset).abs().max() > 1e-2
+    # running layers [0, 1] is exactly the model cut after its second layer
+    torch.testing.assert_close(subset, hf_logits(truncated(model, 2), ids), atol=ATOL, rtol=0)
+
+
+def test_layer_subset_with_all_layers_equals_full_forward(tiny_llama):
+    model = tiny_llama(11, vocab=V, layers=4)
+    ids = tokens(12, 11)
+    torch.testing.assert_close(NativeLlama(model).forward(ids, layers=[0, 1, 2, 3]),
+                               NativeLlama(model).forward(ids), atol=1e-6, rtol=0)
+
+
+def test_layer_subset_draft_entries_are_overwritten_by_full_forward_after_rollback(tiny_llama):
+    """Layer-skip drafting writes partial KV entries past the verified length; after rolling back,
+    a full forward over the same positions gives the same logits as if they were never written."""
+    model = tiny_llama(12, vocab=V, layers=4)
+    ids = tokens(20, 12)
+    native = NativeLlama(model)
+    native.forward(ids[:10])
+    native.forward(ids[10:15], layers=[0, 2])
+    native.rollback(10)
+    torch.testing.assert_close(native.forward(ids[10:]), hf_logits(model, ids)[10:], atol=ATOL,
+                               rtol=0)
+
+
+def test_hf_target_cannot_skip_layers(tiny_llama):
+    target = HFTarget(tiny_llama(0, vocab=V))
+    with pytest.raises(NotImplementedError):
+        target.forward(tokens(3), layers=[0])
+
+
+# --- supports() ---------------------------------------------------------------------------------
+
+
+def test_supports_rejects_architectures_it_cannot_reproduce():
+    base = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2)
+    assert supports(transformers.LlamaConfig(**base))
+    assert not supports(transformers.LlamaConfig(hidden_act="gelu", **base))
+    assert not supports(transformers.LlamaConfig(mlp_bias=True, **base))
+    assert not supports(transformers.MistralConfig(sliding_window=16, **base))
+    assert supports(transformers.Qwen2Config(use_sliding_window=False, **base))
+    assert not supports(transformers.GPT2Config())

@@ -1,0 +1,161 @@
+"""Distribution preservation: speculative sampling emits tokens distributed exactly as plain
+sampling from the target.
+
+Setup: vocabulary of 4 tokens, a tiny random target and a *different* tiny random draft model
+(different seed), temperature 1. Each run samples the first 3 generated tokens; N runs with
+speculative sampling (seeds 0..N-1) and N runs with plain sampling (seeds 10**6..10**6+N-1) give two
+histograms over the 4**3 joint outcomes. A chi-square test of homogeneity
+(`scipy.stats.chi2_contingency`, cells with an expected count below 5 pooled into one cell) must
+not reject at significance level alpha = 0.01: p-value > 0.01.
+
+Power check: the same test with a deliberately broken verifier (on rejection it samples from p
+instead of the residual norm(max(0, p - q))) must reject: p-value < 0.01 (it is far below).
+
+All seeds are fixed, so every p-value here is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from scipy.stats import chi2_contingency
+
+import specdecode.engine
+from specdecode.drafters.base import Draft, Drafter, DraftLength
+from specdecode.drafters.draft_model import DraftModel
+from specdecode.drafters.plain import NoDrafter
+from specdecode.engine import GenerationConfig, generate
+from specdecode.models.llama import NativeLlama
+from specdecode.sampling import SamplingParams, sample
+from specdecode.verify import Verdict
+
+V = 4
+PROMPT = [0, 1, 2, 3, 1]
+LENGTH = 3  # generated tokens per run: outcomes are the V**3 joint sequences
+N = 2000
+ALPHA = 0.01
+TARGET_SEED, DRAFT_SEED = 3, 4
+LAYERS = 1  # fast: the test needs two different distributions, not depth
+INIT = 0.2  # spread distributions (51 of the 64 outcomes have p >= 1/800) that differ a lot
+# (mean total variation between target and draft next-token distributions ~0.5)
+SPEC_SEEDS = range(N)
+PLAIN_SEEDS = range(10**6, 10**6 + N)
+
+
+@pytest.fixture(scope="module")
+def target_model(tiny_llama):
+    return tiny_llama(TARGET_SEED, vocab=V, layers=LAYERS, init=INIT, max_positions=16)
+
+
+@pytest.fixture(scope="module")
+def draft_model(tiny_llama):
+    return tiny_llama(DRAFT_SEED, vocab=V, layers=LAYERS, init=INIT, max_positions=16)
+
+
+def outcomes(target, drafter, params: SamplingParams, k: int | None, seeds) -> Counter:
+    counts: Counter = Counter()
+    for seed in seeds:
+        config = GenerationConfig(LENGTH, params, seed=seed)
+        result = generate(target, drafter, PROMPT, config, DraftLength(k) if k else None)
+        assert len(result.token_ids) == LENGTH
+        counts[tuple(result.token_ids)] += 1
+    return counts
+
+
+def homogeneity_pvalue(a: Counter, b: Counter) -> float:
+    """Chi-square test of homogeneity of two histograms; sparse cells pooled into one."""
+    total_a, total_b = sum(a.values()), sum(b.values())
+    share_a = total_a / (total_a + total_b)
+    columns, pooled = [], [0, 0]
+    for cell in sorted(set(a) | set(b)):
+        both = a[cell] + b[cell]
+        if min(both * share_a, both * (1 - share_a)) < 5:
+            pooled[0] += a[cell]
+            pooled[1] += b[cell]
+        else:
+            columns.append([a[cell], b[cell]])
+    if pooled[0] + pooled[1]:
+        columns.append(pooled)
+    assert len(columns) >= 2
+    table = list(zip(*columns))
+    return float(chi2_contingency(table).pvalue)
+
+
+_plain_cache: dict = {}
+
+
+def plain_outcomes(target_model, params: SamplingParams) -> Counter:
+    """Plain sampling reference, shared by the tests that use the same params."""
+    if params not in _plain_cache:
+        _plain_cache[params] = outcomes(NativeLlama(target_model), NoDrafter(), params, None,
+                                        PLAIN_SEEDS)
+    return _plain_cache[params]
+
+
+def speculative_pvalue(target_model, drafter, params: SamplingParams, k: int) -> float:
+    spec = outcomes(NativeLlama(target_model), drafter, params, k, SPEC_SEEDS)
+    return homogeneity_pvalue(spec, plain_outcomes(target_model, params))
+
+
+class FixedDrafter(Drafter):
+    """A deterministic drafter (q = None) that always proposes the same tokens."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens = torch.tensor(tokens, dtype=torch.long)
+
+    @classmethod
+    def create(cls, target, options):
+        raise NotImplementedError("test drafter")
+
+    def propose(self, context, k, params, generator) -> Draft:
+        return Draft(self.tokens[:k].clone(), None)
+
+
+def verify_sampling_without_residual(draft, q, p, generator) -> Verdict:
+    """BROKEN on purpose: after a rejection it samples from p instead of the residual, which
+    over-represents tokens the drafter already proposes often."""
+    gamma = draft.shape[0]
+    if q is None:
+        q = torch.nn.functional.one_hot(draft, p.shape[-1]).to(p.dtype)
+    idx = torch.arange(gamma)
+    r = torch.rand(gamma, generator=generator)
+    rejected = (r * q[idx, draft] >= p[idx, draft]).nonzero()
+    if not rejected.numel():
+        return Verdict(gamma, int(sample(p[gamma], generator)))
+    i = int(rejected[0, 0])
+    return Verdict(i, int(sample(p[i], generator)))
+
+
+T1 = SamplingParams(temperature=1.0)
+
+
+@pytest.mark.parametrize("k", [1, 2])  # k >= 3 drafts only 2: the third token is the bonus
+def test_speculative_sampling_with_draft_model_matches_plain_sampling(k, target_model,
+                                                                      draft_model):
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama(draft_model)), T1, k)
+    assert pvalue > ALPHA
+
+
+def test_broken_verifier_is_detected_by_the_same_test(monkeypatch, target_model, draft_model):
+    """Power check: the test above rejects a verifier that skips the residual distribution."""
+    monkeypatch.setattr(specdecode.engine, "verify_sampling", verify_sampling_without_residual)
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama(draft_model)), T1, 2)
+    assert pvalue < ALPHA
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(temperature=1.0, top_k=2), SamplingParams(temperature=1.0, top_p=0.8)],
+    ids=["top_k=2", "top_p=0.8"],
+)
+def test_speculative_sampling_matches_plain_sampling_with_filters(params, target_model,
+                                                                  draft_model):
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama(draft_model)), params, 2)
+    assert pvalue > ALPHA
+
+
+def test_deterministic_drafter_speculative_sampling_matches_plain_sampling(target_model):
+    pvalue = speculative_pvalue(target_model, FixedDrafter([3, 0, 3]), T1, 3)
+    assert pvalue > ALPHA
