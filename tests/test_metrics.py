@@ -14,8 +14,8 @@ STEPS = [(4, 4, 4), (4, 2, 4), (3, 0, 3), (0, 0, 0), (4, 1, 4)]
 def run() -> RunStats:
     s = RunStats()
     for i, (drafted, accepted, forwards) in enumerate(STEPS):
-        s.observe(drafted, accepted, forwards, draft_seconds=0.5 * i, verify_seconds=0.25)
-        s.new_tokens += accepted + 1
+        s.observe(drafted, accepted, accepted + 1, accepted + 1, forwards,
+                  draft_seconds=0.5 * i, verify_seconds=0.25)
     return s
 
 
@@ -27,7 +27,7 @@ def test_observe_counts_forwards_drafted_and_accepted(run):
     assert run.new_tokens == 12
 
 
-def test_tau_is_new_tokens_per_target_forward(run):
+def test_tau_is_confirmed_tokens_per_target_forward(run):
     assert run.tau == pytest.approx(12 / 5)
 
 
@@ -65,8 +65,7 @@ def test_other_seconds_is_wall_time_not_spent_in_phases(run):
 def test_plain_decoding_steps_give_tau_one_and_no_acceptance_rate():
     s = RunStats()
     for _ in range(7):
-        s.observe(0, 0, 0, 0.0, 0.0)
-        s.new_tokens += 1
+        s.observe(0, 0, 1, 1, 0, 0.0, 0.0)
     assert s.tau == 1.0
     assert s.acceptance_rate is None
     assert s.acceptance_by_position == []
@@ -91,3 +90,11 @@ def test_to_dict_reports_the_same_figures(run):
     assert d["accepted_histogram"] == [2, 1, 1, 0, 1]
     assert d["tokens_per_second"] == pytest.approx(3.0)
     assert RunStats().to_dict()["acceptance_rate"] is None
+
+
+def test_final_eos_counts_for_tau_but_not_for_new_tokens():
+    s = RunStats()
+    s.observe(0, 0, 1, 1, 0, 0.0, 0.0)
+    s.observe(2, 2, 1, 2, 2, 0.0, 0.0)  # accepted [x, EOS]: x returned, EOS confirmed
+    assert s.new_tokens == 2
+    assert s.tau == pytest.approx(3 / 2)

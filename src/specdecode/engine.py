@@ -62,8 +62,11 @@ def stream(
         raise PromptTooLongError(
             f"prompt has {len(prompt)} tokens; the context window is {target.max_length}"
         )
-    generator = torch.Generator()
-    generator.manual_seed(config.seed if config.seed is not None else torch.seed())
+    generator = torch.Generator()  # one per request: runs are reproducible and independent
+    if config.seed is None:
+        generator.seed()  # a non-deterministic seed, without touching the global RNG
+    else:
+        generator.manual_seed(config.seed)
     params, clock, stats = config.sampling, time.perf_counter, RunStats()
     text = IncrementalText(decode, config.stop) if decode else None
     started = clock()
@@ -73,7 +76,7 @@ def stream(
     n = len(prompt)
     context[:n] = torch.tensor(prompt, dtype=torch.long)
     if n > 1:
-        target.forward(context[: n - 1])
+        target.prefill(context[: n - 1])
     stats.prefill_seconds = clock() - started
     finish = None
     while finish is None:
@@ -97,15 +100,16 @@ def stream(
         drafter.observe(verdict.accepted)
         if draft_length:
             draft_length.update(drafted, verdict.accepted)
-        stats.observe(drafted, verdict.accepted, draft.forwards, t1 - t0, t2 - t1)
         new = draft.tokens[: verdict.accepted].tolist() + [verdict.token]
+        confirmed = len(new)
         for i, token in enumerate(new):
-            if token in eos_token_ids:
-                new, finish = new[:i], "stop"
+            if token in eos_token_ids:  # EOS ends the text but was still confirmed (counts for τ)
+                new, finish, confirmed = new[:i], "stop", i + 1
                 break
+        stats.observe(drafted, verdict.accepted, len(new), confirmed, draft.forwards, t1 - t0,
+                      t2 - t1)
         context[n : n + len(new)] = torch.tensor(new, dtype=torch.long)
         n += len(new)
-        stats.new_tokens += len(new)
         if finish is None and (stats.new_tokens >= config.max_new_tokens or n >= target.max_length):
             finish = "length"
         delta = text.push(new) if text else ""

@@ -1,6 +1,7 @@
 """Per-run statistics: what every user asks of a speculative run.
 
-τ (tau) = new tokens / target forwards, bonus tokens included (plain decoding has τ = 1);
+τ (tau) = confirmed tokens / target forwards, bonus tokens and a final EOS included (plain
+decoding has τ = 1 exactly; `new_tokens` excludes the EOS, as the text does);
 acceptance rate = accepted draft tokens / drafted tokens. The CLI table, `--json` and the benchmark
 are all sinks that read this one dataclass.
 """
@@ -12,7 +13,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RunStats:
-    new_tokens: int = 0
+    new_tokens: int = 0  # tokens returned to the user (EOS excluded)
+    confirmed_tokens: int = 0  # tokens the verifier confirmed and the run kept, a final EOS included
     target_forwards: int = 0  # decoding steps; the prompt's prefill is counted in prefill_seconds
     draft_forwards: int = 0
     drafted: int = 0
@@ -26,11 +28,15 @@ class RunStats:
     wall_seconds: float = 0.0  # prefill + decoding, no model loading
 
     def observe(
-        self, drafted: int, accepted: int, draft_forwards: int, draft_seconds: float,
-        verify_seconds: float,
+        self, drafted: int, accepted: int, new_tokens: int, confirmed: int, draft_forwards: int,
+        draft_seconds: float, verify_seconds: float,
     ) -> None:
-        """Record one engine step (one target forward)."""
+        """Record one engine step (one target forward): `accepted` of `drafted` draft tokens kept,
+        `confirmed` = accepted + 1 unless cut by EOS or the token limit, `new_tokens` of them
+        returned to the user."""
         self.target_forwards += 1
+        self.new_tokens += new_tokens
+        self.confirmed_tokens += confirmed
         self.draft_forwards += draft_forwards
         self.drafted += drafted
         self.accepted += accepted
@@ -47,7 +53,7 @@ class RunStats:
 
     @property
     def tau(self) -> float:
-        return self.new_tokens / self.target_forwards if self.target_forwards else 0.0
+        return self.confirmed_tokens / self.target_forwards if self.target_forwards else 0.0
 
     @property
     def acceptance_rate(self) -> float | None:

@@ -24,6 +24,10 @@ class Target(Protocol):
         that raise NotImplementedError."""
         ...
 
+    def prefill(self, tokens: torch.Tensor) -> None:
+        """Append tokens ([T] int64) without computing logits (the prompt: only its KV is needed)."""
+        ...
+
     def rollback(self, length: int) -> None:
         """Drop every cached position >= length."""
         ...
@@ -57,19 +61,21 @@ class HFTarget:
         self.cache = self._new_cache()
         self._length = 0
 
-    @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, layers: Sequence[int] | None = None) -> torch.Tensor:
         if layers is not None:
             raise NotImplementedError("the transformers backend cannot skip layers")
+        return self._run(tokens, keep=0)  # transformers: logits_to_keep=0 means all positions
+
+    def prefill(self, tokens: torch.Tensor) -> None:
+        self._run(tokens, keep=1)  # the cheapest transformers allows
+
+    def _run(self, tokens: torch.Tensor, keep: int) -> torch.Tensor:
         positions = torch.arange(self._length, self._length + tokens.shape[0])
-        out = self.model(
-            input_ids=tokens[None],
-            position_ids=positions[None],
-            cache=self.cache,
-            use_cache=True,
-        )
+        with torch.inference_mode():
+            out = self.model(input_ids=tokens[None], position_ids=positions[None],
+                             cache=self.cache, use_cache=True, logits_to_keep=keep)
         self._length += tokens.shape[0]
-        return out.logits[0]  # [T, V]
+        return out.logits[0]  # [T or keep, V]
 
     def rollback(self, length: int) -> None:
         assert 0 <= length <= self._length, (length, self._length)
