@@ -54,7 +54,7 @@ class LayerSkip(Drafter):
             note = (f"no skip set beat plain decoding on this model (best measured "
                     f"{profile['best_speedup']:.2f}x); decoding plainly")
             log.warning("layerskip: %s", note)
-            return cls(model.target, None, note=note)
+            return cls(model.target, None, k=0, note=note)  # k = 0: plain decoding steps
         return cls(model.target, profile["layers"], profile["k"])
 
     @property
