@@ -41,8 +41,10 @@ class PromptLookup(Drafter):
         return cls(options.ngram_max, options.ngram_min)
 
     def propose(self, context: torch.Tensor, k: int, params: SamplingParams, generator) -> Draft:
+        # a shorter match is weaker evidence: draft ceil(k·n / ngram_max) tokens for an n-gram,
+        # since every extra draft token makes the verification forward dearer
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
-            tokens = find_continuation(context, n, k)
+            tokens = find_continuation(context, n, -(-k * n // self.ngram_max))
             if tokens.numel():
                 return Draft(tokens, None)
         return EMPTY_DRAFT
