@@ -81,3 +81,12 @@ def test_generate_json_reports_all_stats(capsys, tiny_real_vocab_model):
     assert stats["tokens_per_second"] == pytest.approx(
         stats["new_tokens"] / stats["wall_seconds"], rel=1e-2)
     assert obj["compare"]["identical"] is True
+
+
+def test_hub_id_when_hub_unreachable_exits_2_quickly(capsys, monkeypatch):
+    import specdecode.models.loader as loader
+
+    monkeypatch.setattr(loader, "_hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    code, _, err = run_cli(capsys, "generate", "--model", "someorg/somemodel", "hi")
+    assert code == 2 and "hub is unreachable" in err and len(err.strip().splitlines()) == 1

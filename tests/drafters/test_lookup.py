@@ -61,3 +61,12 @@ def test_prompt_lookup_respects_ngram_min():
 def test_prompt_lookup_rejects_invalid_ngram_range(ngram_max, ngram_min):
     with pytest.raises(InvalidParameterError):
         PromptLookup(ngram_max, ngram_min)
+
+
+def test_prompt_lookup_drafts_fewer_tokens_for_shorter_matches():
+    # "7" (a 1-gram) matches with a long continuation; "1 2 7" (a 3-gram) does too
+    one_gram = t(7, 10, 11, 12, 13, 14, 15, 7)
+    assert PromptLookup(3, 1).propose(one_gram, 6, SamplingParams(), None).tokens.tolist() == [10, 11]
+    three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)
+    draft = PromptLookup(3, 1).propose(three_gram, 6, SamplingParams(), None)
+    assert draft.tokens.tolist() == [10, 11, 12, 13, 14, 15]

@@ -117,7 +117,24 @@ def _resolve(name: str) -> tuple[Path | str, str]:
         raise ModelLoadError(
             f"unknown model {name!r}: give {known}, a .gguf file, a model directory or a hub id"
         )
+    if not os.environ.get("HF_HUB_OFFLINE") and not _hub_reachable():
+        raise ModelLoadError(f"cannot load model {name!r}: it is not a local path and the "
+                             "Hugging Face hub is unreachable (offline?)")
     return name, "hub-" + name.replace("/", "--")
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick connection attempt, so that an offline machine fails in seconds rather than
+    after the hub client's retries (about 50 s measured here)."""
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def _fingerprint(path: Path) -> str:
