@@ -1,4 +1,4 @@
-"""Command line: `specdecode generate | bench | search-layers`.
+"""Command line: `specdecode generate | bench | search-layers | serve`.
 
 User mistakes (`SpecDecodeError`) print one line on stderr and exit with code 2; so do argument
 errors. Anything else is a bug and keeps its traceback.
@@ -45,8 +45,14 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ngram-min", type=int, default=1, help="lookup: shortest n-gram (default 1)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_method_arg(p: argparse.ArgumentParser) -> None:
     methods = ", ".join(sorted(DRAFTERS))
+    p.add_argument("--method", default=DEFAULT_METHOD,
+                   help=f"decoding method: {methods} (default: {DEFAULT_METHOD}, the fastest "
+                        "lossless method measured on the default model; ar = plain decoding)")
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="specdecode", description=(
         "Lossless speculative decoding: a cheap drafter proposes tokens, the model verifies them "
         "all in one forward pass; the output is exactly what the model alone would produce."))
@@ -58,9 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("prompt", nargs="?", help="the prompt (default: --prompt-file or stdin)")
     g.add_argument("--prompt-file", help="read the prompt from this file")
     _add_model_args(g)
-    g.add_argument("--method", default=DEFAULT_METHOD,
-                   help=f"decoding method: {methods} (default: {DEFAULT_METHOD}, the fastest "
-                        "lossless method measured on the default model; ar = plain decoding)")
+    _add_method_arg(g)
     _add_drafter_args(g)
     g.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -89,16 +93,49 @@ def build_parser() -> argparse.ArgumentParser:
                    help="transformers prompt_lookup_num_tokens (default 10)")
     b.add_argument("--out", default="bench-out", help="directory for the JSON results")
     b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy)")
+    b.add_argument("--floor", action="store_true",
+                   help="only measure memory bandwidth, the per-step floor it implies, and the "
+                        "target's step time over 1, 4, 8 and 16 new tokens")
 
     s = sub.add_parser("search-layers", help="search which layers layerskip should skip",
                        description="Time candidate layer-skip sets on calibration prompts and "
                                    "save the fastest (or 'none beats plain') in the model profile.")
     _add_model_args(s)
+
+    v = sub.add_parser("serve", help="OpenAI-compatible HTTP server",
+                       description="Serve /v1/completions, /v1/chat/completions, /v1/models, "
+                                   "/health and /metrics. --method and --k are the default; a "
+                                   "request can pick another drafter with the extension field "
+                                   '"speculative": {"method": ..., "k": ...}. Requests run one '
+                                   "at a time, in order, from a bounded queue.")
+    _add_model_args(v)
+    _add_method_arg(v)
+    _add_drafter_args(v)
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    v.add_argument("--port", type=int, default=8000, help="default 8000")
+    v.add_argument("--served-model-name",
+                   help="model id reported by /v1/models and accepted in requests "
+                        "(default: --model as given)")
+    v.add_argument("--max-queue", type=int, default=16,
+                   help="requests that may wait for the engine; more get 503 (default 16)")
+    v.add_argument("--request-timeout", type=float, default=300.0,
+                   help="seconds a request may take, queueing included (default 300)")
+    v.add_argument("--shutdown-grace", type=float, default=10.0,
+                   help="on SIGTERM, seconds running requests may finish before they are "
+                        "cancelled (default 10)")
+    v.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn log level (default info)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(format="specdecode: %(message)s", level=logging.WARNING)
+    logger = logging.getLogger("specdecode")  # ours only: libraries keep their own logging
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("specdecode: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
         if args.threads is not None:

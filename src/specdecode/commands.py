@@ -108,6 +108,14 @@ def format_stats(rows: list[tuple[str, RunStats]]) -> str:
 
 
 def bench(args: argparse.Namespace) -> int:
+    if args.floor:
+        from .bench.floor import floor_report
+        from .models.loader import DTYPES
+
+        model = load_model(args.model, backend=args.backend, dtype=args.dtype)
+        print(f"{model.name} ({model.backend}, {args.dtype})")
+        print(floor_report(model, DTYPES[args.dtype]))
+        return 0
     from .bench.specbench import run_bench
 
     return run_bench(args)
@@ -126,4 +134,28 @@ def search_layers(args: argparse.Namespace) -> int:
                else "no skip set beats plain decoding; layerskip will decode plainly")
     print(f"{model.name}: best measured {profile['best_speedup']:.2f}x over plain "
           f"(agreement {profile['agreement']:.0%}): {verdict}. Saved to {path}")
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    # imported here: the server dependencies are needed by this command only
+    from .server import build_server, create_app
+
+    if args.max_queue < 1:
+        raise InvalidParameterError(f"--max-queue must be >= 1, got {args.max_queue}")
+    if not args.request_timeout > 0:
+        raise InvalidParameterError(f"--request-timeout must be > 0, got {args.request_timeout}")
+    if not args.shutdown_grace >= 0:
+        raise InvalidParameterError(f"--shutdown-grace must be >= 0, got {args.shutdown_grace}")
+    if not 0 <= args.port <= 65535:
+        raise InvalidParameterError(f"--port must be in 0..65535, got {args.port}")
+    options = drafter_options(args)
+    model = load_model(args.model, backend=args.backend, dtype=args.dtype)
+    decoder = SpecDecoder(model, args.method, options, args.k, args.adaptive, args.k_max)
+    app = create_app(decoder, options=options, max_queue=args.max_queue,
+                     request_timeout=args.request_timeout, model_id=args.served_model_name)
+    print(f"specdecode: serving {model.name} ({decoder.describe()}) on "
+          f"http://{args.host}:{args.port}/v1", file=sys.stderr)
+    build_server(app, args.host, args.port, grace=args.shutdown_grace,
+                 log_level=args.log_level).run()
     return 0

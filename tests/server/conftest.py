@@ -1,0 +1,43 @@
+"""Server fixtures: the tiny real-vocabulary model, loaded once for the server and once more for
+reference runs in the test thread (a model must never be used by two threads at once)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from specdecode.models import load_model
+from specdecode.pipeline import SpecDecoder
+
+STEP_DELAY = 0.04  # seconds added to each target forward of the slow model
+
+
+@pytest.fixture(scope="session")
+def served_model(tiny_real_vocab_model):
+    return load_model(str(tiny_real_vocab_model))
+
+
+@pytest.fixture(scope="session")
+def reference_model(tiny_real_vocab_model):
+    return load_model(str(tiny_real_vocab_model))
+
+
+@pytest.fixture(scope="session")
+def slow_model(tiny_real_vocab_model):
+    """The tiny model with every target forward slowed down, so a generation takes seconds (plain
+    decoding: one token per forward) and queueing, cancellation and timeouts can be observed."""
+    model = load_model(str(tiny_real_vocab_model))
+    forward = model.target.forward
+
+    def slow_forward(*args, **kwargs):
+        time.sleep(STEP_DELAY)
+        return forward(*args, **kwargs)
+
+    model.target.forward = slow_forward
+    return model
+
+
+@pytest.fixture
+def slow_decoder(slow_model):
+    return SpecDecoder(slow_model, "ar")
