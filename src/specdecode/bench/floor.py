@@ -1,0 +1,73 @@
+"""`specdecode bench --floor`: how close one decoding step is to the memory-bandwidth floor.
+
+A decoding step must read every weight once, so weight bytes / bandwidth is the fastest a step can
+be; speculation then multiplies tokens per step.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from ..models import LoadedModel
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up: first-touch page faults and kernel selection are not part of a step
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def measure_bandwidth(dtype: torch.dtype, megabytes: int = 512, repeats: int = 7) -> float:
+    """Bytes per second of a streaming read (a sum over `megabytes`, far beyond the caches): the
+    strictest floor, since no kernel reads weights faster than memory delivers them."""
+    data = torch.ones(megabytes * 2**20 * 8 // torch.finfo(dtype).bits, dtype=dtype)
+    seconds = _median_seconds(data.sum, repeats)
+    return data.numel() * data.element_size() / seconds
+
+
+def weight_bytes(model: LoadedModel, dtype: torch.dtype) -> int:
+    """Bytes a step reads: every parameter except the embedding table (only rows are gathered),
+    unless the LM head shares it (tied embeddings are read whole by the head)."""
+    params = list(model.hf_model.parameters())
+    embed = model.hf_model.get_input_embeddings().weight
+    head = model.hf_model.get_output_embeddings().weight
+    total = sum(p.numel() for p in params if p is not embed or head is embed)
+    return total * torch.finfo(dtype).bits // 8
+
+
+def step_seconds(model: LoadedModel, tokens: int, context: int = 256, repeats: int = 9) -> float:
+    """Median time of one target forward over `tokens` new tokens after `context` cached ones."""
+    target = model.target
+    context = max(1, min(context, target.max_length - tokens))
+    ids = torch.randint(0, target.vocab_size, (context + tokens,))
+    target.reset()
+    target.prefill(ids[:context])
+
+    def step():
+        target.rollback(context)
+        target.forward(ids[context:])
+
+    seconds = _median_seconds(step, repeats)
+    target.reset()
+    return seconds
+
+
+def floor_report(model: LoadedModel, dtype: torch.dtype, sizes=(1, 4, 8, 16)) -> str:
+    bandwidth = measure_bandwidth(dtype)
+    nbytes = weight_bytes(model, dtype)
+    floor = nbytes / bandwidth
+    one = step_seconds(model, 1)
+    lines = [f"floor: bandwidth {bandwidth / 1e9:.1f} GB/s (streaming read), {dtype} weights "
+             f"{nbytes / 1e6:.0f} MB -> floor {floor * 1e3:.1f} ms/step"]
+    for n in sizes:
+        s = one if n == 1 else step_seconds(model, n)
+        lines.append(f"  step over {n:>2} new tokens: {s * 1e3:6.1f} ms = {s / floor:.2f}x floor, "
+                     f"{s / one:.2f}x a 1-token step")
+    return "\n".join(lines)
