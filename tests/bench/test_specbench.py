@@ -13,7 +13,8 @@ def test_shipped_questions_cover_six_groups_with_480_rows():
 
 
 def record(qid, group, method, tokens, seconds, ids, forwards=None):
-    return Record(qid, group, method, 0, tokens, seconds, forwards, None, None, ids)
+    confirmed = tokens if forwards else None
+    return Record(qid, group, method, 0, tokens, seconds, forwards, confirmed, None, None, ids)
 
 
 def test_summary_speedups_are_total_tokens_over_total_seconds():
