@@ -124,14 +124,12 @@ class NativeLlama:
             self._rope_cache(self.cache.capacity)
         end = start + T
         cos, sin = self._cos[start:end], self._sin[start:end]  # [T, d]
-        group = self.num_heads // self.num_kv_heads
         mask = None
-        if T > 1:  # new token i sees the prefix and new tokens 0..i
+        if T > 1 and start > 0:  # new token i sees the cached prefix and new tokens 0..i
             mask = torch.arange(end)[None, :] <= torch.arange(start, end)[:, None]  # [T, end]
-            mask = mask.repeat(group, 1)  # [group T, end], rows ordered as the grouped queries
         x = self.embed[tokens]  # [T, H]
         for i in range(self.num_layers) if layers is None else layers:
-            x = x + self._attention(i, x, start, cos, sin, mask, group)
+            x = x + self._attention(i, x, start, cos, sin, mask)
             w = self.layers[i]
             h = F.rms_norm(x, w.post_norm.shape, w.post_norm, self.eps)
             gate, up = _linear(h, w.gate_up).chunk(2, dim=-1)
@@ -139,7 +137,7 @@ class NativeLlama:
         self.cache.length = end
         return F.rms_norm(x, self.norm.shape, self.norm, self.eps)
 
-    def _attention(self, i, x, start, cos, sin, mask, group) -> torch.Tensor:
+    def _attention(self, i, x, start, cos, sin, mask) -> torch.Tensor:
         w = self.layers[i]
         T, d, n_kv = x.shape[0], self.head_dim, self.num_kv_heads
         h = F.rms_norm(x, w.input_norm.shape, w.input_norm, self.eps)
@@ -147,10 +145,10 @@ class NativeLlama:
         q, k, v = qkv.split([self.num_heads, n_kv, n_kv])
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         keys, values = self.cache.write(i, start, k, v)  # [n_kv, start + T, d]
-        # grouped-query attention without copying K/V: the `group` query heads that share one KV
-        # head are stacked along the sequence axis of that head
-        q = q.reshape(n_kv, group * T, d)
-        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [n_kv, group T, d]
+        # 4-D inputs with enable_gqa take torch's CPU flash kernel (3-D inputs take the math path:
+        # 40% of an 800-token prefill, and 3x slower per decode step at 800 cached tokens)
+        o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
+                                           is_causal=T > 1 and start == 0, enable_gqa=True)[0]
         o = o.reshape(self.num_heads, T, d).transpose(0, 1).reshape(T, self.num_heads * d)
         return _linear(o, w.out, w.out_bias)
 
