@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 
-from ..drafters import DrafterOptions
 from ..errors import InvalidParameterError, SpecDecodeError
 from ..models import LoadedModel, load_model
 from ..pipeline import SpecDecoder
