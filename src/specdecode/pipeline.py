@@ -61,12 +61,15 @@ class SpecDecoder:
         seed: int | None = None,
         stop: tuple[str, ...] = (),
         chat: bool = True,
+        k: int | None = None,
     ) -> Iterator[Chunk]:
         """Yield text deltas as steps complete; the last chunk carries finish_reason and stats.
-        A str prompt is tokenized (with the chat template unless chat=False); a list is token ids."""
+        A str prompt is tokenized (with the chat template unless chat=False); a list is token ids.
+        `k` overrides the decoder's draft length for this call only."""
         config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p), seed,
                                   tuple(stop))
-        length = DraftLength(self.k, self.adaptive, 1, self.k_max) if self.k else None
+        k = self.k if k is None else k
+        length = DraftLength(k, self.adaptive, 1, max(self.k_max, k)) if k else None
         return stream(self.model.target, self.drafter, self.prompt_ids(prompt, chat), config,
                       length, self.model.eos_token_ids, self.model.decode)
 

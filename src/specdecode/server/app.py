@@ -240,7 +240,7 @@ async def _generate(request: Request, body: GenerationRequest,
     last = chunks[-1]
     fmt = responses.Formatter(state.model_id, chat)
     text = "".join(c.text for c in chunks)
-    usage = responses.usage(job.prompt_tokens, last.stats, job.decoder)
+    usage = responses.usage(job.prompt_tokens, last.stats, job.decoder, job.k)
     return JSONResponse(fmt.response(text, last.finish_reason, usage))
 
 
@@ -267,7 +267,7 @@ async def _stream_events(job: Job, chunk: Chunk, fmt: responses.Formatter, usage
             if chunk.finish_reason is not None:
                 break
             chunk = await job.next_event()
-        usage = responses.usage(job.prompt_tokens, chunk.stats, job.decoder)
+        usage = responses.usage(job.prompt_tokens, chunk.stats, job.decoder, job.k)
         yield responses.sse(fmt.chunk(finish_reason=chunk.finish_reason, usage=usage))
         if usage_chunk:
             yield responses.sse(fmt.usage_chunk(usage))

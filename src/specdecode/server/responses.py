@@ -26,10 +26,10 @@ def error_body(message: str, type: str = "invalid_request_error", param: str | N
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def usage(prompt_tokens: int, stats: RunStats, decoder: SpecDecoder) -> dict:
+def usage(prompt_tokens: int, stats: RunStats, decoder: SpecDecoder, k: int) -> dict:
     """OpenAI's usage object plus a `speculative` extension with the run's statistics."""
     s = stats.to_dict()
-    speculative = {"method": decoder.method, "k": decoder.k, "adaptive": decoder.adaptive}
+    speculative = {"method": decoder.method, "k": k, "adaptive": decoder.adaptive}
     for key in ("tau", "acceptance_rate", "target_forwards", "draft_forwards", "drafted",
                 "accepted", "tokens_per_second", "wall_seconds"):
         speculative[key] = s[key]

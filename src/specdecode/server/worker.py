@@ -11,7 +11,6 @@ between steps, and the engine is free one step later.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import queue
 import threading
@@ -46,35 +45,23 @@ class InternalError(Exception):
 
 
 class DecoderCache:
-    """SpecDecoders on the one loaded model, one per (method, k).
+    """SpecDecoders on the one loaded model, one per method.
 
-    A drafter can be expensive to build (`draft` loads a second model), so each method's drafter is
-    built once and the (method, k) variants are shallow copies sharing it. Sharing is safe because
-    jobs run one at a time and the engine resets the drafter before each generation."""
+    A drafter can be expensive to build (`draft` loads a second model), so each method's decoder is
+    built once; a request's own k is passed per call (`SpecDecoder.stream(k=...)`)."""
 
     def __init__(self, default: SpecDecoder, options: DrafterOptions) -> None:
         self.default, self.options = default, options
         self._by_method: dict[str, SpecDecoder] = {default.method: default}
-        self._by_key: dict[tuple[str, int | None], SpecDecoder] = {(default.method, None): default}
 
-    def get(self, method: str | None, k: int | None) -> SpecDecoder:
+    def get(self, method: str | None) -> SpecDecoder:
         """Raises SpecDecodeError for an unknown method or unusable options (the client's fault)."""
         method = method or self.default.method
-        key = (method, k)
-        if key not in self._by_key:
-            base = self._by_method.get(method)
-            if base is None:
-                d = self.default
-                base = SpecDecoder(d.model, method, self.options, None, d.adaptive, d.k_max)
-                self._by_method[method] = base
-                self._by_key[(method, None)] = base
-            if k is not None and k != base.k:
-                variant = copy.copy(base)
-                variant.k, variant.k_max = k, max(base.k_max, k)
-                self._by_key[key] = variant
-            else:
-                self._by_key[key] = base
-        return self._by_key[key]
+        if method not in self._by_method:
+            d = self.default
+            self._by_method[method] = SpecDecoder(d.model, method, self.options, None, d.adaptive,
+                                                  d.k_max)
+        return self._by_method[method]
 
 
 class Job:
@@ -215,10 +202,12 @@ class EngineWorker:
             return  # the client left, or its time ran out, while the job was queued
         chunks = None
         try:
-            decoder = job.decoder = self.decoders.get(job.method, job.k)
+            decoder = job.decoder = self.decoders.get(job.method)
+            if job.k is None:
+                job.k = decoder.k  # what the request ran with, for its usage report
             ids = job.prepare()
             job.prompt_tokens = len(ids)
-            chunks = decoder.stream(ids, **job.params)
+            chunks = decoder.stream(ids, k=job.k, **job.params)
             first = True
             for chunk in chunks:
                 if first:
