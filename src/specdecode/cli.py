@@ -41,7 +41,8 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k-max", type=int, default=16, help="upper bound for adaptive γ (default 16)")
     p.add_argument("--layers", help="layerskip: comma-separated decoder layers the draft runs "
                                     "(default: the model's searched profile)")
-    p.add_argument("--ngram-max", type=int, default=3, help="lookup: longest n-gram (default 3)")
+    p.add_argument("--ngram-max", type=int, default=5,
+                   help="lookup: longest n-gram; a match this long drafts k tokens (default 5)")
     p.add_argument("--ngram-min", type=int, default=1, help="lookup: shortest n-gram (default 1)")
 
 

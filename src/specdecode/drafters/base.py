@@ -35,7 +35,7 @@ class DrafterOptions:
 
     draft_model: str | None = None  # `draft`: model name or path
     layers: tuple[int, ...] | None = None  # `layerskip`: decoder layers the draft pass runs
-    ngram_max: int = 3  # `lookup`: longest n-gram matched against the context
+    ngram_max: int = 5  # `lookup`: longest n-gram matched against the context
     ngram_min: int = 1  # `lookup`: shortest n-gram tried before giving up
 
 
