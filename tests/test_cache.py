@@ -106,7 +106,7 @@ def test_static_cache_rollback_moves_length_and_rejects_growing():
 
 
 def make_target(backend: str, hf_model):
-    return NativeLlama(hf_model) if backend == "native" else HFTarget(hf_model)
+    return NativeLlama.from_hf(hf_model) if backend == "native" else HFTarget(hf_model)
 
 
 def random_walk(target, fresh, seed: int, steps: int = 25) -> None:

@@ -89,13 +89,13 @@ _plain_cache: dict = {}
 def plain_outcomes(target_model, params: SamplingParams) -> Counter:
     """Plain sampling reference, shared by the tests that use the same params."""
     if params not in _plain_cache:
-        _plain_cache[params] = outcomes(NativeLlama(target_model), NoDrafter(), params, None,
+        _plain_cache[params] = outcomes(NativeLlama.from_hf(target_model), NoDrafter(), params, None,
                                         PLAIN_SEEDS)
     return _plain_cache[params]
 
 
 def speculative_pvalue(target_model, drafter, params: SamplingParams, k: int) -> float:
-    spec = outcomes(NativeLlama(target_model), drafter, params, k, SPEC_SEEDS)
+    spec = outcomes(NativeLlama.from_hf(target_model), drafter, params, k, SPEC_SEEDS)
     return homogeneity_pvalue(spec, plain_outcomes(target_model, params))
 
 
@@ -134,14 +134,14 @@ T1 = SamplingParams(temperature=1.0)
 @pytest.mark.parametrize("k", [1, 2])  # k >= 3 drafts only 2: the third token is the bonus
 def test_speculative_sampling_with_draft_model_matches_plain_sampling(k, target_model,
                                                                       draft_model):
-    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama(draft_model)), T1, k)
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama.from_hf(draft_model)), T1, k)
     assert pvalue > ALPHA
 
 
 def test_broken_verifier_is_detected_by_the_same_test(monkeypatch, target_model, draft_model):
     """Power check: the test above rejects a verifier that skips the residual distribution."""
     monkeypatch.setattr(specdecode.engine, "verify_sampling", verify_sampling_without_residual)
-    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama(draft_model)), T1, 2)
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama.from_hf(draft_model)), T1, 2)
     assert pvalue < ALPHA
 
 
@@ -152,7 +152,7 @@ def test_broken_verifier_is_detected_by_the_same_test(monkeypatch, target_model,
 )
 def test_speculative_sampling_matches_plain_sampling_with_filters(params, target_model,
                                                                   draft_model):
-    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama(draft_model)), params, 2)
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama.from_hf(draft_model)), params, 2)
     assert pvalue > ALPHA
 
 

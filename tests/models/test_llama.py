@@ -28,14 +28,14 @@ def tokens(n: int, seed: int = 0) -> torch.Tensor:
 def test_native_logits_match_transformers_in_one_forward(seed, layers, tiny_llama):
     model = tiny_llama(seed, vocab=V, layers=layers)
     ids = tokens(40, seed)
-    torch.testing.assert_close(NativeLlama(model).forward(ids), hf_logits(model, ids), atol=ATOL,
+    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids), hf_logits(model, ids), atol=ATOL,
                                rtol=0)
 
 
 def test_native_logits_match_transformers_when_fed_in_chunks(tiny_llama):
     model = tiny_llama(3, vocab=V, layers=2)
     ids = tokens(40, 3)
-    native = NativeLlama(model)
+    native = NativeLlama.from_hf(model)
     chunks = [native.forward(ids[a:b]) for a, b in [(0, 10), (10, 11), (11, 12), (12, 17),
                                                     (17, 18), (18, 40)]]
     torch.testing.assert_close(torch.cat(chunks), hf_logits(model, ids), atol=ATOL, rtol=0)
@@ -43,7 +43,7 @@ def test_native_logits_match_transformers_when_fed_in_chunks(tiny_llama):
 
 
 def test_native_attributes_describe_the_model(tiny_llama):
-    native = NativeLlama(tiny_llama(0, vocab=V, layers=3, max_positions=128))
+    native = NativeLlama.from_hf(tiny_llama(0, vocab=V, layers=3, max_positions=128))
     assert native.vocab_size == V
     assert native.max_length == 128
     assert native.num_layers == 3
@@ -59,7 +59,7 @@ def test_native_matches_transformers_with_tied_embeddings():
     model = transformers.LlamaForCausalLM(config).eval()
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     ids = tokens(20, 4)
-    torch.testing.assert_close(NativeLlama(model).forward(ids), hf_logits(model, ids), atol=ATOL,
+    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids), hf_logits(model, ids), atol=ATOL,
                                rtol=0)
 
 
@@ -72,7 +72,7 @@ def test_native_matches_transformers_with_explicit_head_dim():
     torch.manual_seed(5)
     model = transformers.LlamaForCausalLM(config).eval()
     ids = tokens(20, 5)
-    torch.testing.assert_close(NativeLlama(model).forward(ids), hf_logits(model, ids), atol=ATOL,
+    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids), hf_logits(model, ids), atol=ATOL,
                                rtol=0)
 
 
@@ -82,7 +82,7 @@ def test_native_matches_transformers_for_qwen2_with_attention_bias(tiny_llama):
     assert model.model.layers[0].self_attn.q_proj.bias.abs().sum() > 0
     assert supports(model.config)
     ids = tokens(30, 6)
-    native = NativeLlama(model)
+    native = NativeLlama.from_hf(model)
     torch.testing.assert_close(native.forward(ids[:20]), hf_logits(model, ids[:20]), atol=ATOL,
                                rtol=0)
     torch.testing.assert_close(native.forward(ids[20:]), hf_logits(model, ids)[20:], atol=ATOL,
@@ -98,7 +98,7 @@ def test_native_matches_transformers_for_mistral_without_sliding_window():
     model = transformers.MistralForCausalLM(config).eval()
     assert supports(config)
     ids = tokens(20, 8)
-    torch.testing.assert_close(NativeLlama(model).forward(ids), hf_logits(model, ids), atol=ATOL,
+    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids), hf_logits(model, ids), atol=ATOL,
                                rtol=0)
 
 
@@ -109,14 +109,14 @@ def test_native_matches_transformers_for_llama_with_attention_bias(tiny_llama):
     assert model.model.layers[0].self_attn.o_proj.bias is not None
     assert supports(model.config)
     ids = tokens(20, 9)
-    torch.testing.assert_close(NativeLlama(model).forward(ids), hf_logits(model, ids), atol=ATOL,
+    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids), hf_logits(model, ids), atol=ATOL,
                                rtol=0)
 
 
 def test_native_matches_transformers_past_initial_cache_capacity(tiny_llama):
     """The static cache starts at 1024 positions and grows (with the RoPE tables) beyond."""
     model = tiny_llama(10, vocab=V, layers=2, max_positions=2048)
-    native = NativeLlama(model)
+    native = NativeLlama.from_hf(model)
     assert native.cache.capacity == 1024
     ids = tokens(1100, 10)
     out = [native.forward(ids[a:b]) for a, b in [(0, 1000), (1000, 1030), (1030, 1031),
@@ -126,7 +126,7 @@ def test_native_matches_transformers_past_initial_cache_capacity(tiny_llama):
 
 
 def test_forward_raises_when_context_window_is_exceeded(tiny_llama):
-    native = NativeLlama(tiny_llama(0, vocab=V, max_positions=32))
+    native = NativeLlama.from_hf(tiny_llama(0, vocab=V, max_positions=32))
     native.forward(tokens(30))
     with pytest.raises(ValueError):
         native.forward(tokens(3))
@@ -146,8 +146,8 @@ def truncated(model, keep: int):
 def test_layer_subset_runs_fewer_layers_and_differs_from_full_forward(tiny_llama):
     model = tiny_llama(11, vocab=V, layers=4)
     ids = tokens(12, 11)
-    full = NativeLlama(model).forward(ids)
-    subset = NativeLlama(model).forward(ids, layers=[0, 1])
+    full = NativeLlama.from_hf(model).forward(ids)
+    subset = NativeLlama.from_hf(model).forward(ids, layers=[0, 1])
     assert (full - subset).abs().max() > 1e-2
     # running layers [0, 1] is exactly the model cut after its second layer
     torch.testing.assert_close(subset, hf_logits(truncated(model, 2), ids), atol=ATOL, rtol=0)
@@ -156,8 +156,8 @@ def test_layer_subset_runs_fewer_layers_and_differs_from_full_forward(tiny_llama
 def test_layer_subset_with_all_layers_equals_full_forward(tiny_llama):
     model = tiny_llama(11, vocab=V, layers=4)
     ids = tokens(12, 11)
-    torch.testing.assert_close(NativeLlama(model).forward(ids, layers=[0, 1, 2, 3]),
-                               NativeLlama(model).forward(ids), atol=1e-6, rtol=0)
+    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids, layers=[0, 1, 2, 3]),
+                               NativeLlama.from_hf(model).forward(ids), atol=1e-6, rtol=0)
 
 
 def test_layer_subset_draft_entries_are_overwritten_by_full_forward_after_rollback(tiny_llama):
@@ -165,7 +165,7 @@ def test_layer_subset_draft_entries_are_overwritten_by_full_forward_after_rollba
     a full forward over the same positions gives the same logits as if they were never written."""
     model = tiny_llama(12, vocab=V, layers=4)
     ids = tokens(20, 12)
-    native = NativeLlama(model)
+    native = NativeLlama.from_hf(model)
     native.forward(ids[:10])
     native.forward(ids[10:15], layers=[0, 2])
     native.rollback(10)

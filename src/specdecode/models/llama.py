@@ -9,7 +9,7 @@ One code path scores 1..K+1 new tokens with a causal mask over the cached prefix
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,10 @@ def supports(config) -> bool:
     if config.model_type not in SUPPORTED_MODEL_TYPES:
         return False
     if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
+        return False
+    # these rotary types change with the sequence length; a static cos/sin table cannot follow
+    rope = getattr(config, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") in ("dynamic", "longrope"):
         return False
     # sliding-window attention would need a banded mask; leave it to transformers
     sliding = getattr(config, "sliding_window", None)
@@ -46,51 +50,68 @@ class _Layer:
 
 
 class NativeLlama:
-    """A `Target` for Llama-family models, with a static KV cache."""
+    """A `Target` for Llama-family models, with a static KV cache.
 
-    def __init__(self, hf_model: torch.nn.Module, dtype: torch.dtype = torch.float32) -> None:
-        config = hf_model.config
+    Built from a transformers config and the checkpoint's tensors by their transformers names
+    (`model.layers.0.self_attn.q_proj.weight`, ...), so the loader need not build the transformers
+    model at all (that costs ~1.5 s of imports and initialisation per load); `from_hf` takes a
+    transformers model instead."""
+
+    def __init__(self, config, weights: Mapping[str, torch.Tensor],
+                 dtype: torch.dtype = torch.float32) -> None:
         assert supports(config), config.model_type
-        base = hf_model.model
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
         self.eps = config.rms_norm_eps
         self.max_length = config.max_position_embeddings
         self.num_layers = config.num_hidden_layers
-        cast = lambda t: t.detach().to(dtype)  # noqa: E731
-        self.embed = cast(base.embed_tokens.weight)  # [V, H]
-        self.norm = cast(base.norm.weight)
-        self.lm_head = cast(hf_model.get_output_embeddings().weight)  # [V, H], tied or not
+
+        def get(name: str) -> torch.Tensor:
+            return weights[name].detach().to(dtype)
+
+        def optional(name: str) -> torch.Tensor | None:
+            return get(name) if name in weights else None
+
+        self.embed = get("model.embed_tokens.weight")  # [V, H]
+        self.norm = get("model.norm.weight")
+        # tied embeddings are saved once, under the input embedding's name
+        self.lm_head = optional("lm_head.weight")  # [V, H]
+        if self.lm_head is None:
+            self.lm_head = self.embed
         self.vocab_size = self.lm_head.shape[0]
         self.layers = []
-        for layer in base.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+        for i in range(self.num_layers):
+            attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+            qkv = [f"{attn}{p}_proj" for p in "qkv"]
             bias = None
-            if attn.q_proj.bias is not None:
-                bias = cast(torch.cat([p.bias for p in projections]))
-            out_bias = None if attn.o_proj.bias is None else cast(attn.o_proj.bias)
+            if f"{qkv[0]}.bias" in weights:  # Qwen2
+                bias = torch.cat([get(f"{p}.bias") for p in qkv])
+            down = get(f"{mlp}down_proj.weight")
             self.layers.append(
                 _Layer(
-                    input_norm=cast(layer.input_layernorm.weight),
-                    qkv=cast(torch.cat([p.weight for p in projections])),
+                    input_norm=get(f"model.layers.{i}.input_layernorm.weight"),
+                    qkv=torch.cat([get(f"{p}.weight") for p in qkv]),
                     qkv_bias=bias,
-                    out=cast(attn.o_proj.weight),
-                    out_bias=out_bias,
-                    post_norm=cast(layer.post_attention_layernorm.weight),
-                    gate_up=cast(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])),
-                    down=cast(mlp.down_proj.weight),
-                    down_blocks=_split_columns(cast(mlp.down_proj.weight)),
+                    out=get(f"{attn}o_proj.weight"),
+                    out_bias=optional(f"{attn}o_proj.bias"),  # Llama with attention_bias=True
+                    post_norm=get(f"model.layers.{i}.post_attention_layernorm.weight"),
+                    gate_up=torch.cat([get(f"{mlp}gate_proj.weight"), get(f"{mlp}up_proj.weight")]),
+                    down=down,
+                    down_blocks=_split_columns(down),
                 )
             )
-        rotary = base.rotary_emb
-        self._inv_freq = rotary.inv_freq.float()  # [d / 2], already adjusted for rope scaling
-        self._rope_scale = float(getattr(rotary, "attention_scaling", 1.0))
+        self._inv_freq, self._rope_scale = _rope_frequencies(config)
         self.cache = StaticKVCache(
             self.num_layers, self.num_kv_heads, self.head_dim, 1024, self.max_length, dtype
         )
         self._rope_cache(self.cache.capacity)
+
+    @classmethod
+    def from_hf(cls, hf_model: torch.nn.Module, dtype: torch.dtype = torch.float32) -> "NativeLlama":
+        weights = dict(hf_model.state_dict())
+        weights["lm_head.weight"] = hf_model.get_output_embeddings().weight  # tied or not
+        return cls(hf_model.config, weights, dtype)
 
     @property
     def length(self) -> int:
@@ -194,6 +215,21 @@ def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) 
     columns = torch.cat([x, x]).t() if T == 1 else x.t()  # [in, max(T, 2)]
     y = (w @ columns)[:, :T].t().contiguous()
     return y if bias is None else y + bias
+
+
+def _rope_frequencies(config) -> tuple[torch.Tensor, float]:
+    """Rotary inverse frequencies [d / 2] and the cos/sin scale, as transformers computes them:
+    1 / theta^(2i/d) for the default type, transformers' own function for scaled types."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    rope_type = rope.get("rope_type", "default")
+    if rope_type == "default":
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        exponents = torch.arange(0, dim, 2, dtype=torch.float) / dim
+        return 1.0 / (rope["rope_theta"] ** exponents), 1.0
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](config)
+    return inv_freq.float(), float(scale)
 
 
 def _split_columns(w: torch.Tensor, width: int = 512) -> tuple[torch.Tensor, ...]:

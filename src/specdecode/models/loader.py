@@ -6,17 +6,22 @@
   under `cache_dir()` and later loads take a fraction of a second;
 - a local Hugging Face model directory;
 - a hub id (`org/name`), which works only when the hub is reachable.
+
+For a local directory of safetensors files and a Llama-family model, the native target is built
+straight from the files (second load of the default model: ~1.8 s, of which tokenizer and config
+take most); the transformers model is built only if asked for (`LoadedModel.hf_model`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -43,10 +48,19 @@ class LoadedModel:
     name: str  # as the user gave it
     key: str  # stable identity of the weights, for caches and saved profiles
     tokenizer: object
-    hf_model: torch.nn.Module
     target: Target
     backend: str  # "native" or "transformers"
     eos_token_ids: frozenset[int]
+    source: Path | str  # the model directory or hub id the weights come from
+    _hf_model: torch.nn.Module | None = field(default=None, repr=False)
+
+    @property
+    def hf_model(self) -> torch.nn.Module:
+        """The transformers model on the same weights (fp32), built on first use: the native
+        backend does not need it, only the transformers peers in `bench` do."""
+        if self._hf_model is None:
+            self._hf_model = _load_hf_model(self.source, self.name)
+        return self._hf_model
 
     @property
     def context_length(self) -> int:
@@ -73,23 +87,21 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "f
     if dtype not in DTYPES:
         raise ModelLoadError(f"unknown dtype {dtype!r} (choose {', '.join(DTYPES)})")
     source, key = _resolve(name)
-    hf_model, tokenizer = _load_hf(source, name)
-    hf_model.eval()
-    use_native = backend == "native" or (backend == "auto" and llama.supports(hf_model.config))
-    if use_native and not llama.supports(hf_model.config):
-        raise ModelLoadError(f"the native backend does not support {hf_model.config.model_type!r}")
+    tokenizer, config = _load_tokenizer_and_config(source, name)
+    use_native = backend == "native" or (backend == "auto" and llama.supports(config))
+    if use_native and not llama.supports(config):
+        raise ModelLoadError(f"the native backend does not support {config.model_type!r}")
+    weights = _read_safetensors(source) if use_native else None
+    hf_model = None
+    if weights is None:  # a hub id, other checkpoint formats, or the transformers backend
+        hf_model = _load_hf_model(source, name)
+        weights = dict(hf_model.state_dict(), **{"lm_head.weight": hf_model.get_output_embeddings().weight})
     if use_native:
-        target: Target = llama.NativeLlama(hf_model, DTYPES[dtype])
+        target: Target = llama.NativeLlama(config, weights, DTYPES[dtype])
     else:
         target = HFTarget(hf_model.to(DTYPES[dtype]))
-    eos = hf_model.generation_config.eos_token_id
-    eos_ids = {eos} if isinstance(eos, int) else set(eos or [])
-    if tokenizer.eos_token_id is not None:
-        eos_ids.add(tokenizer.eos_token_id)
-    return LoadedModel(
-        name, key, tokenizer, hf_model, target, "native" if use_native else "transformers",
-        frozenset(eos_ids),
-    )
+    return LoadedModel(name, key, tokenizer, target, "native" if use_native else "transformers",
+                       _eos_ids(source, config, tokenizer), source, hf_model)
 
 
 def _resolve(name: str) -> tuple[Path | str, str]:
@@ -169,19 +181,66 @@ def _converted_gguf(gguf: Path) -> Path:
     return target
 
 
-def _load_hf(source: Path | str, name: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _hf_errors(source: Path | str, name: str):
+    """Turn transformers' OSError (missing files, hub unreachable) into a one-line ModelLoadError."""
+    where = "offline or not on the hub" if isinstance(source, str) else "unreadable"
+    return lambda exc: ModelLoadError(f"cannot load model {name!r} ({where}): {_first_line(exc)}")
+
+
+def _load_tokenizer_and_config(source: Path | str, name: str):
+    from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+        return AutoTokenizer.from_pretrained(source), AutoConfig.from_pretrained(source)
     except OSError as exc:
-        where = "offline or not on the hub" if isinstance(source, str) else "unreadable"
-        raise ModelLoadError(f"cannot load model {name!r} ({where}): {_first_line(exc)}") from exc
-    return model, tokenizer
+        raise _hf_errors(source, name)(exc) from exc
+
+
+def _load_hf_model(source: Path | str, name: str) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval()
+    except OSError as exc:
+        raise _hf_errors(source, name)(exc) from exc
+
+
+def _read_safetensors(source: Path | str) -> dict[str, torch.Tensor] | None:
+    """The checkpoint's tensors by name, when `source` is a directory of safetensors files."""
+    if not isinstance(source, Path):
+        return None
+    files = sorted(source.glob("*.safetensors"))
+    if not files:
+        return None
+    from safetensors.torch import load_file
+
+    weights: dict[str, torch.Tensor] = {}
+    for f in files:
+        weights.update(load_file(f))
+    return weights
+
+
+def _eos_ids(source: Path | str, config, tokenizer) -> frozenset[int]:
+    """End-of-sequence ids: the generation config's (often several for chat models), the model
+    config's and the tokenizer's."""
+    ids: set[int] = set()
+    generation = Path(source) / "generation_config.json" if isinstance(source, Path) else None
+    candidates = [getattr(config, "eos_token_id", None), tokenizer.eos_token_id]
+    if generation is not None and generation.is_file():
+        candidates.append(json.loads(generation.read_text()).get("eos_token_id"))
+    elif generation is None:
+        from transformers import GenerationConfig
+
+        try:
+            candidates.append(GenerationConfig.from_pretrained(source).eos_token_id)
+        except OSError:
+            pass
+    for eos in candidates:
+        ids.update([eos] if isinstance(eos, int) else eos or [])
+    return frozenset(ids)
 
 
 def _first_line(exc: Exception) -> str:

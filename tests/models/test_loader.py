@@ -1,0 +1,38 @@
+"""`load_model` on a local directory: the native target is built straight from the safetensors
+files, and the transformers model only when something asks for it."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from specdecode.models import load_model
+
+
+def test_native_target_from_files_matches_the_transformers_model(tiny_real_vocab_model):
+    model = load_model(str(tiny_real_vocab_model))
+    assert model.backend == "native"
+    assert model._hf_model is None  # nothing built the transformers model yet
+    ids = torch.tensor([5, 17, 300, 42, 9, 1000, 7])
+    native = model.target.forward(ids)
+    with torch.no_grad():
+        reference = model.hf_model(input_ids=ids[None]).logits[0]
+    torch.testing.assert_close(native, reference, atol=1e-4, rtol=0)
+    assert model._hf_model is not None
+
+
+def test_transformers_backend_builds_the_model_at_load(tiny_real_vocab_model):
+    model = load_model(str(tiny_real_vocab_model), backend="transformers")
+    assert model.backend == "transformers" and model._hf_model is not None
+
+
+def test_eos_ids_include_the_generation_config(tmp_path, tiny_real_vocab_model):
+    directory = tmp_path / "model"
+    directory.mkdir()
+    for f in tiny_real_vocab_model.iterdir():
+        (directory / f.name).write_bytes(f.read_bytes())
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": [3, 4]}))
+    model = load_model(str(directory))
+    assert {3, 4} <= model.eos_token_ids
+    assert model.tokenizer.eos_token_id in model.eos_token_ids
