@@ -1,4 +1,4 @@
-"""Command line: `specdecode generate | bench | search-layers | serve`.
+"""Command line: `specdecode generate | bench | tune | search-layers | serve`.
 
 User mistakes (`SpecDecodeError`) print one line on stderr and exit with code 2; so do argument
 errors. Anything else is a bug and keeps its traceback.
@@ -35,22 +35,25 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 def _add_drafter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-model", help="draft: smaller model with the same tokenizer")
-    p.add_argument("--k", type=int, help="draft length γ (default: the method's own)")
+    p.add_argument("--k", type=int,
+                   help="draft length γ (default: the tuned profile's, else the method's own)")
     p.add_argument("--adaptive", action="store_true",
                    help="adapt γ: +2 after a fully accepted draft, -1 after a rejection")
     p.add_argument("--k-max", type=int, default=16, help="upper bound for adaptive γ (default 16)")
     p.add_argument("--layers", help="layerskip: comma-separated decoder layers the draft runs "
                                     "(default: the model's searched profile)")
-    p.add_argument("--ngram-max", type=int, default=5,
-                   help="lookup: longest n-gram; a match this long drafts k tokens (default 5)")
+    p.add_argument("--ngram-max", type=int,
+                   help="lookup: longest n-gram; a match this long drafts k tokens (default: the "
+                        "tuned profile's, else 5)")
     p.add_argument("--ngram-min", type=int, default=1, help="lookup: shortest n-gram (default 1)")
 
 
 def _add_method_arg(p: argparse.ArgumentParser) -> None:
     methods = ", ".join(sorted(DRAFTERS))
-    p.add_argument("--method", default=DEFAULT_METHOD,
-                   help=f"decoding method: {methods} (default: {DEFAULT_METHOD}, the fastest "
-                        "lossless method measured on the default model; ar = plain decoding)")
+    p.add_argument("--method",
+                   help=f"decoding method: {methods} (default: the model's tuned profile if "
+                        f"`specdecode tune` ran, else {DEFAULT_METHOD}, the fastest lossless "
+                        "method measured on the default model; ar = plain decoding)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,24 +82,49 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run plain decoding; print both, the speed-up and whether the "
                         "greedy outputs are token-identical")
 
-    b = sub.add_parser("bench", help="Spec-Bench speed table: our methods and transformers",
-                       description="Run the first N prompts of each Spec-Bench task group with "
-                                   "plain decoding, every drafter and transformers generate() "
-                                   "(plain and prompt lookup), interleaved, and print a table.")
+    b = sub.add_parser("bench", help="Spec-Bench speed table: our methods and their peers",
+                       description="Run the first N prompts of each Spec-Bench task group (MT-bench "
+                                   "with both turns) through plain decoding, every drafter and "
+                                   "transformers generate() on the same weights, interleaved "
+                                   "prompt by prompt; write a Markdown table, JSON records and "
+                                   "PNG plots, and audit greedy outputs token by token.")
     _add_model_args(b)
     b.add_argument("--limit", type=int, default=3, help="prompts per task group (default 3)")
-    b.add_argument("--methods", default="ar,lookup,layerskip,draft,hf,hf-lookup",
-                   help="comma-separated; draft runs only with --draft-model (default: all)")
+    b.add_argument("--methods", default="ar,lookup,layerskip,draft,hf,hf-lookup,hf-assisted",
+                   help="comma-separated; draft and hf-assisted run only with --draft-model "
+                        "(default: all)")
     _add_drafter_args(b)
     b.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    b.add_argument("--temperature", type=float, default=0.0,
+                   help="0 = greedy with the equality audit (default); > 0 samples, seeded by "
+                        "the repeat index, and reports speed and τ only")
     b.add_argument("--repeats", type=int, default=2, help="timed repeats per prompt (median)")
+    b.add_argument("--sweep-k", metavar="K1,K2,...",
+                   help="run every drafting method at each of these draft lengths (for the "
+                        "speed-up and τ against K plot), e.g. 1,2,4,6,8,12")
     b.add_argument("--hf-lookup-tokens", type=int, default=10,
                    help="transformers prompt_lookup_num_tokens (default 10)")
-    b.add_argument("--out", default="bench-out", help="directory for the JSON results")
+    b.add_argument("--out", default="bench-out",
+                   help="directory for bench.md, bench.json, records.jsonl and the plots "
+                        "(default bench-out)")
+    b.add_argument("--resume", action="store_true",
+                   help="continue the run recorded in --out: nothing already measured is rerun")
     b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy)")
     b.add_argument("--floor", action="store_true",
-                   help="only measure memory bandwidth, the per-step floor it implies, and the "
-                        "target's step time over 1, 4, 8 and 16 new tokens")
+                   help="instead of the table: measure memory bandwidth, the per-step floor it "
+                        "implies, and the target's step time over 1, 4, 8 and 16 new tokens")
+
+    t = sub.add_parser("tune", help="measure drafting settings and save the fastest as defaults",
+                       description="Time plain decoding, prompt lookup (several K and n-gram "
+                                   "sizes), layerskip (if its search found a skip set) and a draft "
+                                   "model (with --draft-model) on the last Spec-Bench prompts of "
+                                   "each task group, and save the fastest lossless configuration "
+                                   "as this model's defaults for generate, bench and serve.")
+    _add_model_args(t)
+    t.add_argument("--draft-model", help="also try this draft model (same tokenizer)")
+    t.add_argument("--per-group", type=int, default=1,
+                   help="prompts per Spec-Bench task group (default 1)")
+    t.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
 
     s = sub.add_parser("search-layers", help="search which layers layerskip should skip",
                        description="Time candidate layer-skip sets on calibration prompts and "

@@ -11,19 +11,42 @@ from .drafters import DrafterOptions
 from .errors import InvalidParameterError, SpecDecodeError
 from .metrics import RunStats
 from .models import load_model
-from .pipeline import SpecDecoder
+from .pipeline import DEFAULT_METHOD, SpecDecoder
+from .tune import TunedDefaults
 
 
 def drafter_options(args: argparse.Namespace) -> DrafterOptions:
     if args.k is not None and args.k < 1:
         raise InvalidParameterError(f"--k must be >= 1, got {args.k}")
+    ngram_max = DrafterOptions.ngram_max if args.ngram_max is None else args.ngram_max
     layers = None
     if args.layers:
         try:
             layers = tuple(int(x) for x in args.layers.split(","))
         except ValueError:
             raise InvalidParameterError(f"--layers takes comma-separated integers, got {args.layers!r}")
-    return DrafterOptions(args.draft_model, layers, args.ngram_max, args.ngram_min)
+    return DrafterOptions(args.draft_model, layers, ngram_max, args.ngram_min)
+
+
+def apply_tuned_defaults(args: argparse.Namespace, model) -> TunedDefaults | None:
+    """Fill --method, --k and --ngram-max the user left unset from the model's tuned profile
+    (`specdecode tune`), else the built-in defaults; say on stderr when the profile is used."""
+    from .tune import tuned_defaults
+
+    tuned = tuned_defaults(model)
+    method = getattr(args, "method", None)
+    if tuned and method in (None, tuned.method):
+        if method is None and hasattr(args, "method"):
+            args.method = tuned.method
+        args.k = tuned.k if args.k is None else args.k
+        args.ngram_max = tuned.ngram_max if args.ngram_max is None else args.ngram_max
+        print(f"specdecode: defaults from the tuned profile of {model.name}: {tuned.method}"
+              f"{f', k={tuned.k}' if tuned.k else ''}"
+              f"{f', ngram-max={tuned.ngram_max}' if tuned.ngram_max else ''} "
+              f"({tuned.speedup:.2f}x over plain when tuned)", file=sys.stderr)
+    if getattr(args, "method", "") is None:
+        args.method = DEFAULT_METHOD
+    return tuned
 
 
 def _read_prompt(args: argparse.Namespace) -> str:
@@ -41,8 +64,10 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 def generate(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args)
-    options = drafter_options(args)
+    drafter_options(args)  # bad options fail before the model loads
     model = load_model(args.model, backend=args.backend, dtype=args.dtype)
+    apply_tuned_defaults(args, model)
+    options = drafter_options(args)
     decoder = SpecDecoder(model, args.method, options, args.k, args.adaptive, args.k_max)
     ids = decoder.prompt_ids(prompt, chat=not args.no_chat)
     kwargs = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -116,9 +141,35 @@ def bench(args: argparse.Namespace) -> int:
         print(f"{model.name} ({model.backend}, {args.dtype})")
         print(floor_report(model, DTYPES[args.dtype]))
         return 0
-    from .bench.specbench import run_bench
+    from .bench.run import run_bench
 
     return run_bench(args)
+
+
+def tune(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from tqdm import tqdm
+
+    from .bench.specbench import GROUPS, calibration_prompts
+    from .profiles import save_profile_section
+    from .tune import PROFILE_SECTION, candidates, tune as run_tune
+
+    if args.per_group < 1 or args.max_new_tokens < 1:
+        raise InvalidParameterError("--per-group and --max-new-tokens must be >= 1")
+    model = load_model(args.model, backend=args.backend, dtype=args.dtype)
+    prompts = [model.encode_prompt(p) for p in calibration_prompts(args.per_group, tuple(GROUPS))]
+    runs = len(prompts) * len(candidates(model, args.draft_model))
+    with tqdm(total=runs, desc="tune", unit="run") as bar:
+        result = run_tune(model, prompts, args.draft_model, args.max_new_tokens, bar.update)
+    path = save_profile_section(model.key, PROFILE_SECTION, asdict(result))
+    for label, speedup in sorted(result.measured.items(), key=lambda kv: -kv[1]):
+        print(f"  {speedup:5.2f}x  {label}")
+    best = next(label for label, v in result.measured.items() if v == result.speedup)
+    print(f"{model.name}: fastest lossless configuration: {best} ({result.speedup:.2f}x over "
+          f"plain on {len(prompts)} prompts). Saved to {path}; generate, bench and serve now "
+          "use it unless told otherwise.")
+    return 0
 
 
 def search_layers(args: argparse.Namespace) -> int:
@@ -149,8 +200,10 @@ def serve(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"--shutdown-grace must be >= 0, got {args.shutdown_grace}")
     if not 0 <= args.port <= 65535:
         raise InvalidParameterError(f"--port must be in 0..65535, got {args.port}")
-    options = drafter_options(args)
+    drafter_options(args)  # bad options fail before the model loads
     model = load_model(args.model, backend=args.backend, dtype=args.dtype)
+    apply_tuned_defaults(args, model)
+    options = drafter_options(args)
     decoder = SpecDecoder(model, args.method, options, args.k, args.adaptive, args.k_max)
     app = create_app(decoder, options=options, max_queue=args.max_queue,
                      request_timeout=args.request_timeout, model_id=args.served_model_name)

@@ -68,13 +68,18 @@ class LoadedModel:
 
     def encode_prompt(self, prompt: str, chat: bool = True) -> list[int]:
         """Token ids for a user prompt; chat models get their chat template unless chat=False."""
+        if chat and getattr(self.tokenizer, "chat_template", None):
+            return self.encode_chat([{"role": "user", "content": prompt}])
+        return self.tokenizer(prompt)["input_ids"]
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        """Token ids for a conversation ([{"role", "content"}, ...]) ready for the assistant's
+        next turn; a model without a chat template gets the contents joined by blank lines."""
         tok = self.tokenizer
-        if chat and getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(
-                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-            )
-            return tok(text, add_special_tokens=False)["input_ids"]
-        return tok(prompt)["input_ids"]
+        if not getattr(tok, "chat_template", None):
+            return tok("\n\n".join(m["content"] for m in messages))["input_ids"]
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tok(text, add_special_tokens=False)["input_ids"]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,84 @@
+"""The benchmark's three PNG plots, drawn from its summary (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .specbench import GROUPS, SHORT
+
+SWEEP_LABEL = re.compile(r"^(?P<method>.+)@k(?P<k>\d+)$")
+
+
+def write_plots(summary: dict, method_k: dict[str, int], out: Path, title: str) -> list[Path]:
+    """speedup_by_group.png, acceptance_by_position.png, speedup_tau_vs_k.png in `out`.
+    method_k: label -> its draft length K (drafting methods only)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = [out / "speedup_by_group.png", out / "acceptance_by_position.png",
+             out / "speedup_tau_vs_k.png"]
+    overall = summary.get("overall", {})
+
+    groups = [g for g in GROUPS if g in summary] + ["overall"]
+    methods = [m for m in overall if m != "ar"]
+    fig, ax = plt.subplots(figsize=(10, 4.8))
+    width = 0.8 / max(1, len(methods))
+    for i, m in enumerate(methods):
+        values = [summary[g].get(m, {}).get("speedup_vs_ar") or 0.0 for g in groups]
+        ax.bar([x + i * width for x in range(len(groups))], values, width, label=m)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks([x + width * (len(methods) - 1) / 2 for x in range(len(groups))],
+                  [SHORT.get(g, g) for g in groups])
+    ax.set_ylabel("speed-up over our plain decoding (×, tokens/s ratio)")
+    ax.set_xlabel("Spec-Bench task group")
+    ax.set_title(f"Speed-up by task group — {title}", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(paths[0], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for m, acc in overall.items():
+        rates = acc.get("acceptance_by_position") or []
+        if rates:
+            ax.plot(range(1, len(rates) + 1), [100 * r for r in rates], marker="o", label=m)
+    ax.set_xlabel("draft position (1 = first drafted token)")
+    ax.set_ylabel("drafts reaching this position whose token\nthere was accepted (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"Acceptance by draft position — {title}", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(paths[1], dpi=110)
+    plt.close(fig)
+
+    curves: dict[str, list[tuple[int, float, float]]] = {}
+    for label, acc in overall.items():
+        match = SWEEP_LABEL.match(label)
+        method, k = (match["method"], int(match["k"])) if match else (label, method_k.get(label))
+        if k is not None and acc.get("speedup_vs_ar") and acc.get("tau"):
+            curves.setdefault(method, []).append((k, acc["speedup_vs_ar"], acc["tau"]))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for method, points in curves.items():
+        points.sort()
+        ks = [p[0] for p in points]
+        left.plot(ks, [p[1] for p in points], marker="o", label=method)
+        right.plot(ks, [p[2] for p in points], marker="o", label=method)
+    left.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    left.set_xlabel("draft length K (tokens)")
+    left.set_ylabel("speed-up over plain decoding (×)")
+    right.set_xlabel("draft length K (tokens)")
+    right.set_ylabel("τ (tokens confirmed per target forward)")
+    sweep = any(SWEEP_LABEL.match(label) for label in overall)
+    fig.suptitle(f"Speed-up and τ against K — {title}"
+                 + ("" if sweep else " (one K per method: run with --sweep-k for curves)"),
+                 fontsize=10)
+    for ax in (left, right):
+        if curves:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(paths[2], dpi=110)
+    plt.close(fig)
+    return paths

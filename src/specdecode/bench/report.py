@@ -1,0 +1,125 @@
+"""The benchmark's numbers from its records: per task group and overall, per method, and the
+Markdown report (Spec-Bench's leaderboard layout plus one detailed table per group)."""
+
+from __future__ import annotations
+
+import statistics
+
+from .records import Record
+from .specbench import GROUPS, PEERS, SHORT
+
+
+def summarize(records: list[Record]) -> dict:
+    """Per group and overall, per method: tokens/s (total tokens / total median seconds, as
+    Spec-Bench computes it), τ, acceptance rate and by draft position, speed-ups vs our `ar` and
+    vs transformers plain (`hf`), and greedy mismatches against `ar` (prompts whose tokens differ).
+    Only prompts (question, turn) that every method finished are compared."""
+    runs: dict[tuple[int, int, str], list[Record]] = {}
+    for r in records:
+        runs.setdefault((r.question_id, r.turn, r.method), []).append(r)
+    methods = {m for (_, _, m) in runs}
+    prompts = {(q, t) for (q, t, _) in runs}
+    complete = {p for p in prompts if all((*p, m) in runs for m in methods)}
+    rows: dict[str, dict[str, dict]] = {}
+    for (qid, turn, method), reps in sorted(runs.items(), key=lambda kv: kv[0]):
+        if (qid, turn) not in complete:
+            continue  # an interrupted prompt is not compared
+        first = min(reps, key=lambda r: r.repeat)
+        seconds = statistics.median(r.seconds for r in reps)
+        reference = min(runs[(qid, turn, "ar")], key=lambda r: r.repeat) if "ar" in methods else None
+        for group in (first.group, "overall"):
+            acc = rows.setdefault(group, {}).setdefault(method, dict(
+                tokens=0, seconds=0.0, forwards=0, confirmed=0, drafted=0, accepted=0, prompts=0,
+                mismatches=0, drafted_at=[], accepted_at=[]))
+            acc["tokens"] += first.new_tokens
+            acc["seconds"] += seconds
+            acc["prompts"] += 1
+            acc["forwards"] += first.target_forwards or 0
+            acc["confirmed"] += first.confirmed_tokens or 0
+            acc["drafted"] += first.drafted or 0
+            acc["accepted"] += first.accepted or 0
+            _add_counts(acc["drafted_at"], first.drafted_at)
+            _add_counts(acc["accepted_at"], first.accepted_at)
+            if reference is not None:
+                acc["mismatches"] += int(first.token_ids != reference.token_ids)
+    for group, by_method in rows.items():
+        for acc in by_method.values():
+            acc["tokens_per_second"] = acc["tokens"] / acc["seconds"] if acc["seconds"] else 0.0
+            acc["tau"] = acc["confirmed"] / acc["forwards"] if acc["forwards"] else None
+            acc["acceptance_rate"] = acc["accepted"] / acc["drafted"] if acc["drafted"] else None
+            acc["acceptance_by_position"] = [a / d for a, d in
+                                             zip(acc["accepted_at"], acc["drafted_at"]) if d]
+        for acc in by_method.values():
+            for base in ("ar", "hf"):
+                if base in by_method and by_method[base]["tokens_per_second"]:
+                    acc[f"speedup_vs_{base}"] = (acc["tokens_per_second"]
+                                                 / by_method[base]["tokens_per_second"])
+    return rows
+
+
+def _add_counts(total: list[int], counts: list[int]) -> None:
+    total.extend([0] * (len(counts) - len(total)))
+    for i, c in enumerate(counts):
+        total[i] += c
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def leaderboard(summary: dict, base: str) -> list[str]:
+    """Spec-Bench's leaderboard layout: one row per method, the speed-up over `base` per task
+    group and overall, and τ (mean tokens confirmed per target forward)."""
+    groups = [g for g in GROUPS if g in summary]
+    header = ["method", *[SHORT[g] for g in groups], "overall", "τ", "tok/s"]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for name, acc in summary.get("overall", {}).items():
+        cells = [_fmt(summary[g].get(name, {}).get(f"speedup_vs_{base}"), ".2f") + "×"
+                 for g in groups]
+        cells += [_fmt(acc.get(f"speedup_vs_{base}"), ".2f") + "×", _fmt(acc["tau"], ".2f"),
+                  f"{acc['tokens_per_second']:.1f}"]
+        lines.append(f"| {name} | " + " | ".join(c.replace("-×", "-") for c in cells) + " |")
+    return lines
+
+
+def format_report(summary: dict, info: dict, audit: list[dict] | None) -> str:
+    m = info["machine"]
+    mode = "greedy" if not info["temperature"] else f"sampling at temperature {info['temperature']}"
+    lines = [f"# specdecode bench — {info['model']} ({info['backend']}, {info['dtype']}), {mode}, "
+             f"{info['max_new_tokens']} new tokens, first {info['limit']} prompts per group "
+             f"(MT-bench: both turns), median of {info['repeats']}",
+             f"machine: {m['cpu']}, {m['threads']} threads, torch {m['torch']}, peak memory "
+             f"{m['peak_rss_mb']:.0f} MB; commit {m['commit']}; {m['date']}", ""]
+    lines += [f"- `{name}`: {label}" for name, label in info["methods"].items()]
+    for base, title in (("ar", "our plain decoding (`ar`)"), ("hf", "transformers `generate()`")):
+        if any(base in by_method for by_method in summary.values()):
+            lines += ["", f"## Speed-up over {title}", "", *leaderboard(summary, base)]
+    for g in [g for g in list(GROUPS) + ["overall"] if g in summary]:
+        lines += ["", f"## {g}", "",
+                  "| method | tok/s | × our ar | × hf plain | τ | acceptance | mismatches |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for name, acc in summary[g].items():
+            lines.append(
+                f"| {name} | {acc['tokens_per_second']:.1f} | {_fmt(acc.get('speedup_vs_ar'), '.2f')}"
+                f" | {_fmt(acc.get('speedup_vs_hf'), '.2f')} | {_fmt(acc['tau'], '.2f')} | "
+                f"{_fmt(acc['acceptance_rate'], '.0%')} | {acc['mismatches']}/{acc['prompts']} |")
+    if audit is not None:
+        lines += ["", *format_audit(audit)]
+    return "\n".join(lines)
+
+
+def format_audit(audit: list[dict]) -> list[str]:
+    """One line with the count, then each mismatch with the target's top-2 logit margin where the
+    outputs part: below `TIE_MARGIN` it is a numerical tie (explained), otherwise a bug."""
+    from .audit import TIE_MARGIN
+
+    ours = [a for a in audit if a["method"].split("@")[0] not in PEERS]
+    unexplained = [a for a in ours if not a["explained"]]
+    lines = [f"greedy equality audit (every method vs our ar, token by token): {len(ours)} "
+             f"mismatch(es), {len(unexplained)} unexplained (top-2 margin >= {TIE_MARGIN:g})"]
+    for a in audit:
+        peer = "" if a in ours else " (a peer: other kernels, for information)"
+        lines.append(f"- question {a['question_id']} turn {a['turn']} `{a['method']}`: first "
+                     f"differs at token {a['position']}, top-2 margin {a['margin']:.2e}"
+                     f"{' (tie)' if a['explained'] else ''}{peer}")
+    return lines
