@@ -6,7 +6,7 @@ from dataclasses import asdict
 from specdecode.cli import main
 from specdecode.models import load_model
 from specdecode.profiles import save_profile_section
-from specdecode.tune import PROFILE_SECTION, Candidate, TunedDefaults, candidates, tune
+from specdecode.tune import NOISE, PROFILE_SECTION, Candidate, TunedDefaults, candidates, tune
 
 
 def test_candidates_start_with_plain_decoding_and_add_a_draft_model_only_when_given(
@@ -18,15 +18,18 @@ def test_candidates_start_with_plain_decoding_and_add_a_draft_model_only_when_gi
     assert {c.method for c in candidates(model, str(tiny_real_vocab_model))} >= {"draft"}
 
 
-def test_tune_returns_the_fastest_measured_configuration(tiny_real_vocab_model):
+def test_tune_returns_the_fastest_configuration_or_the_default_within_noise(
+        tiny_real_vocab_model):
     model = load_model(str(tiny_real_vocab_model))
     prompts = [[5, 6, 7, 5, 6, 7, 5, 6], [9, 10, 11, 12]]
     result = tune(model, prompts, max_new_tokens=6)
     assert len(result.measured) == len(candidates(model, None))
     assert result.measured["ar"] == 1.0
-    assert result.speedup == max(result.measured.values())
+    fastest = max(result.measured.values())
     best = [label for label, v in result.measured.items() if v == result.speedup][0]
     assert best.split()[0] == result.method
+    assert result.speedup == fastest or (best == "lookup"
+                                         and result.speedup * (1 + NOISE) >= fastest)
 
 
 def run_generate(capsys, model_dir, *extra):

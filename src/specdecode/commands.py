@@ -153,7 +153,7 @@ def tune(args: argparse.Namespace) -> int:
 
     from .bench.specbench import GROUPS, calibration_prompts
     from .profiles import save_profile_section
-    from .tune import PROFILE_SECTION, candidates, tune as run_tune
+    from .tune import PROFILE_SECTION, Candidate, candidates, tune as run_tune
 
     if args.per_group < 1 or args.max_new_tokens < 1:
         raise InvalidParameterError("--per-group and --max-new-tokens must be >= 1")
@@ -165,7 +165,7 @@ def tune(args: argparse.Namespace) -> int:
     path = save_profile_section(model.key, PROFILE_SECTION, asdict(result))
     for label, speedup in sorted(result.measured.items(), key=lambda kv: -kv[1]):
         print(f"  {speedup:5.2f}x  {label}")
-    best = next(label for label, v in result.measured.items() if v == result.speedup)
+    best = Candidate(result.method, result.k, result.ngram_max).label
     print(f"{model.name}: fastest lossless configuration: {best} ({result.speedup:.2f}x over "
           f"plain on {len(prompts)} prompts). Saved to {path}; generate, bench and serve now "
           "use it unless told otherwise.")

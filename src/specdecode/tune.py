@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from .drafters import DrafterOptions
 from .errors import SpecDecodeError
 from .models import LoadedModel
-from .pipeline import SpecDecoder
+from .pipeline import DEFAULT_METHOD, SpecDecoder
 from .profiles import load_profile
 
 PROFILE_SECTION = "tune"
+# timings of one configuration move this much between runs here (2 cores): a configuration must
+# beat the built-in default by more than this to replace it
+NOISE = 0.03
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,13 @@ class TunedDefaults:
 
 
 def candidates(model: LoadedModel, draft_model: str | None) -> list[Candidate]:
-    """What `tune` measures: plain decoding, prompt lookup over K and n-gram size, layerskip
-    when the model's searched profile found a skip set, a draft model when one is given."""
-    found = [Candidate("ar")]
-    found += [Candidate("lookup", k, n) for n in (3, 5) for k in (3, 5, 7, 10)]
+    """What `tune` measures: plain decoding, the built-in default (DEFAULT_METHOD with its own
+    settings), prompt lookup over K and n-gram size, layerskip when the model's searched profile
+    found a skip set, a draft model when one is given."""
+    default = Candidate(DEFAULT_METHOD)
+    found = [Candidate("ar"), default]
+    found += [Candidate("lookup", k, n) for n in (3, 5) for k in (3, 5, 7, 10)
+              if (k, n) != (7, 5)]  # lookup's own default (k = 7, ngram-max = 5) is `default`
     if (load_profile(model.key).get("layerskip") or {}).get("layers"):
         found.append(Candidate("layerskip"))
     if draft_model:
@@ -56,7 +62,8 @@ def candidates(model: LoadedModel, draft_model: str | None) -> list[Candidate]:
 def tune(model: LoadedModel, prompts: list[list[int]], draft_model: str | None = None,
          max_new_tokens: int = 128, progress=None) -> TunedDefaults:
     """Time every candidate on every prompt (interleaved, greedy) and return the fastest whose
-    outputs equal plain decoding's. `progress(n)` is called after each run."""
+    outputs equal plain decoding's; the built-in default wins unless beaten by more than NOISE.
+    `progress(n)` is called after each run."""
     options = {c: DrafterOptions(draft_model, None, c.ngram_max or DrafterOptions.ngram_max)
                for c in candidates(model, draft_model)}
     decoders = {c: SpecDecoder(model, c.method, o, c.k) for c, o in options.items()}
@@ -80,6 +87,8 @@ def tune(model: LoadedModel, prompts: list[list[int]], draft_model: str | None =
         bad = ", ".join(c.label for c, ok in lossless.items() if not ok)
         raise SpecDecodeError(f"tune: {bad} changed the greedy output; please report this bug")
     best = min(seconds, key=seconds.get)
+    if seconds[Candidate(DEFAULT_METHOD)] <= seconds[best] * (1 + NOISE):
+        best = Candidate(DEFAULT_METHOD)
     return TunedDefaults(best.method, best.k, best.ngram_max, plain / seconds[best], measured)
 
 
