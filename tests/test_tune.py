@@ -35,18 +35,17 @@ def test_tune_returns_the_fastest_configuration_or_the_default_within_noise(
 def run_generate(capsys, model_dir, *extra):
     assert main(["generate", "--model", str(model_dir), "--json", "--max-new-tokens", "3",
                  *extra, "hello"]) == 0
-    captured = capsys.readouterr()
-    return json.loads(captured.out), captured.err
+    return json.loads(capsys.readouterr().out)
 
 
 def test_generate_uses_the_tuned_profile_unless_told_otherwise(
         tiny_real_vocab_model, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
     model = load_model(str(tiny_real_vocab_model))
-    out, err = run_generate(capsys, tiny_real_vocab_model)
-    assert out["method"] == "lookup" and "tuned" not in err  # no profile yet: built-in default
+    out = run_generate(capsys, tiny_real_vocab_model)
+    assert out["method"] == "lookup" and out["defaults"] is None  # no profile: built-in default
     save_profile_section(model.key, PROFILE_SECTION, asdict(TunedDefaults("ar", speedup=1.0)))
-    out, err = run_generate(capsys, tiny_real_vocab_model)
-    assert out["method"] == "ar" and "defaults from the tuned profile" in err
-    out, err = run_generate(capsys, tiny_real_vocab_model, "--method", "lookup")
-    assert out["method"] == "lookup" and "tuned" not in err
+    out = run_generate(capsys, tiny_real_vocab_model)
+    assert out["method"] == "ar" and "tuned profile" in out["defaults"]
+    out = run_generate(capsys, tiny_real_vocab_model, "--method", "lookup")
+    assert out["method"] == "lookup" and out["defaults"] is None

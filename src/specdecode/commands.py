@@ -8,11 +8,12 @@ from pathlib import Path
 
 from .cli import print_json
 from .drafters import DrafterOptions
+from .engine import GenerationConfig, collect
+from .sampling import SamplingParams
 from .errors import InvalidParameterError, SpecDecodeError
 from .metrics import RunStats
 from .models import load_model
 from .pipeline import DEFAULT_METHOD, SpecDecoder
-from .tune import TunedDefaults
 
 
 def drafter_options(args: argparse.Namespace) -> DrafterOptions:
@@ -28,25 +29,25 @@ def drafter_options(args: argparse.Namespace) -> DrafterOptions:
     return DrafterOptions(args.draft_model, layers, ngram_max, args.ngram_min)
 
 
-def apply_tuned_defaults(args: argparse.Namespace, model) -> TunedDefaults | None:
+def apply_tuned_defaults(args: argparse.Namespace, model) -> str | None:
     """Fill --method, --k and --ngram-max the user left unset from the model's tuned profile
-    (`specdecode tune`), else the built-in defaults; say on stderr when the profile is used."""
-    from .tune import tuned_defaults
+    (`specdecode tune`), else the built-in defaults. Returns a note for the output when the
+    profile was used."""
+    from .tune import Candidate, tuned_defaults
 
     tuned = tuned_defaults(model)
+    note = None
     method = getattr(args, "method", None)
     if tuned and method in (None, tuned.method):
         if method is None and hasattr(args, "method"):
             args.method = tuned.method
         args.k = tuned.k if args.k is None else args.k
         args.ngram_max = tuned.ngram_max if args.ngram_max is None else args.ngram_max
-        print(f"specdecode: defaults from the tuned profile of {model.name}: {tuned.method}"
-              f"{f', k={tuned.k}' if tuned.k else ''}"
-              f"{f', ngram-max={tuned.ngram_max}' if tuned.ngram_max else ''} "
-              f"({tuned.speedup:.2f}x over plain when tuned)", file=sys.stderr)
+        note = (f"defaults from the tuned profile: {Candidate(tuned.method, tuned.k, tuned.ngram_max).label}"
+                f", {tuned.speedup:.2f}x over plain when tuned")
     if getattr(args, "method", "") is None:
         args.method = DEFAULT_METHOD
-    return tuned
+    return note
 
 
 def _read_prompt(args: argparse.Namespace) -> str:
@@ -64,9 +65,11 @@ def _read_prompt(args: argparse.Namespace) -> str:
 
 def generate(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args)
-    drafter_options(args)  # bad options fail before the model loads
+    # bad options fail before the model loads (and before anything else is printed)
+    drafter_options(args)
+    GenerationConfig(args.max_new_tokens, SamplingParams(args.temperature, args.top_k, args.top_p))
     model = load_model(args.model, backend=args.backend, dtype=args.dtype)
-    apply_tuned_defaults(args, model)
+    profile_note = apply_tuned_defaults(args, model)
     options = drafter_options(args)
     decoder = SpecDecoder(model, args.method, options, args.k, args.adaptive, args.k_max)
     ids = decoder.prompt_ids(prompt, chat=not args.no_chat)
@@ -85,14 +88,13 @@ def generate(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             chunks.append(chunk)
         print()
-        from .engine import collect
-
         result = collect(chunks)
     base = plain.generate(ids, **kwargs) if plain else None
     greedy = args.temperature == 0
     if args.json:
         out = {"text": result.text, "token_ids": result.token_ids, "method": args.method,
-               "finish_reason": result.finish_reason, "stats": result.stats.to_dict()}
+               "finish_reason": result.finish_reason, "stats": result.stats.to_dict(),
+               "defaults": profile_note}
         if base:
             out["compare"] = {"ar": base.stats.to_dict(),
                               "speedup": _ratio(result.stats, base.stats),
@@ -100,7 +102,8 @@ def generate(args: argparse.Namespace) -> int:
         print_json(out)
         return 0
     rows = [(args.method, result.stats)] + ([("ar", base.stats)] if base else [])
-    print(f"\n[{model.name} · {model.backend} {args.dtype} · {decoder.describe()}]")
+    note = f" · {profile_note}" if profile_note else ""
+    print(f"\n[{model.name} · {model.backend} {args.dtype} · {decoder.describe()}{note}]")
     print(format_stats(rows))
     if base:
         same = ("yes" if result.token_ids == base.token_ids else "NO") if greedy else "n/a (sampling)"
@@ -202,12 +205,13 @@ def serve(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"--port must be in 0..65535, got {args.port}")
     drafter_options(args)  # bad options fail before the model loads
     model = load_model(args.model, backend=args.backend, dtype=args.dtype)
-    apply_tuned_defaults(args, model)
+    profile_note = apply_tuned_defaults(args, model)
     options = drafter_options(args)
     decoder = SpecDecoder(model, args.method, options, args.k, args.adaptive, args.k_max)
     app = create_app(decoder, options=options, max_queue=args.max_queue,
                      request_timeout=args.request_timeout, model_id=args.served_model_name)
-    print(f"specdecode: serving {model.name} ({decoder.describe()}) on "
+    note = f"; {profile_note}" if profile_note else ""
+    print(f"specdecode: serving {model.name} ({decoder.describe()}{note}) on "
           f"http://{args.host}:{args.port}/v1", file=sys.stderr)
     build_server(app, args.host, args.port, grace=args.shutdown_grace,
                  log_level=args.log_level).run()
