@@ -69,8 +69,7 @@ def test_interrupted_bench_resumes_without_recomputing(bench_args, monkeypatch, 
     assert 0 < len(done) < 12
     calls = count_generate_calls(monkeypatch)
     assert main(argv + ["--resume"]) == 0
-    ours_left = sum(1 for r in [(q, m) for q in range(4) for m in ("ar", "lookup")]) - sum(
-        1 for r in done if r["method"] != "hf")
+    ours_left = 4 * 2 - sum(1 for r in done if r["method"] != "hf")  # 4 prompts x (ar, lookup)
     assert calls[0] == 2 + ours_left  # warm-ups + only what was missing
     assert len(records(out)) == 12
     assert records(out)[: len(done)] == done  # earlier records kept as they were

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 
 from .records import Record
-from .specbench import GROUPS, PEERS, SHORT
+from .specbench import GROUPS, SHORT
 
 
 def summarize(records: list[Record]) -> dict:
@@ -113,12 +113,12 @@ def format_audit(audit: list[dict]) -> list[str]:
     outputs part: below `TIE_MARGIN` it is a numerical tie (explained), otherwise a bug."""
     from .audit import TIE_MARGIN
 
-    ours = [a for a in audit if a["method"].split("@")[0] not in PEERS]
+    ours = [a for a in audit if not a["peer"]]
     unexplained = [a for a in ours if not a["explained"]]
     lines = [f"greedy equality audit (every method vs our ar, token by token): {len(ours)} "
              f"mismatch(es), {len(unexplained)} unexplained (top-2 margin >= {TIE_MARGIN:g})"]
     for a in audit:
-        peer = "" if a in ours else " (a peer: other kernels, for information)"
+        peer = " (a peer: other kernels, for information)" if a["peer"] else ""
         lines.append(f"- question {a['question_id']} turn {a['turn']} `{a['method']}`: first "
                      f"differs at token {a['position']}, top-2 margin {a['margin']:.2e}"
                      f"{' (tie)' if a['explained'] else ''}{peer}")

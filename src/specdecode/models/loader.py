@@ -97,14 +97,14 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "f
     if use_native and not llama.supports(config):
         raise ModelLoadError(f"the native backend does not support {config.model_type!r}")
     weights = _read_safetensors(source) if use_native else None
-    hf_model = None
-    if weights is None:  # a hub id, other checkpoint formats, or the transformers backend
-        hf_model = _load_hf_model(source, name)
-        weights = dict(hf_model.state_dict(), **{"lm_head.weight": hf_model.get_output_embeddings().weight})
-    if use_native:
-        target: Target = llama.NativeLlama(config, weights, DTYPES[dtype])
+    # a hub id, other checkpoint formats, or the transformers backend need the transformers model
+    hf_model = _load_hf_model(source, name) if weights is None else None
+    if not use_native:
+        target: Target = HFTarget(hf_model.to(DTYPES[dtype]))
+    elif hf_model is None:
+        target = llama.NativeLlama(config, weights, DTYPES[dtype])
     else:
-        target = HFTarget(hf_model.to(DTYPES[dtype]))
+        target = llama.NativeLlama.from_hf(hf_model, DTYPES[dtype])
     return LoadedModel(name, key, tokenizer, target, "native" if use_native else "transformers",
                        _eos_ids(source, config, tokenizer), source, hf_model)
 
