@@ -25,6 +25,7 @@ from scipy.stats import chi2_contingency
 import specdecode.engine
 from specdecode.drafters.base import Draft, Drafter, DraftLength
 from specdecode.drafters.draft_model import DraftModel
+from specdecode.drafters.eagle import Eagle
 from specdecode.drafters.plain import NoDrafter
 from specdecode.engine import GenerationConfig, generate
 from specdecode.models.llama import NativeLlama
@@ -113,9 +114,10 @@ class FixedDrafter(Drafter):
         return Draft(self.tokens[:k].clone(), None)
 
 
-def verify_sampling_without_residual(draft, q, p, generator) -> Verdict:
-    """BROKEN on purpose: after a rejection it samples from p instead of the residual, which
-    over-represents tokens the drafter already proposes often."""
+def verify_sampling_without_residual(tree, q, p, generator) -> Verdict:
+    """BROKEN on purpose (chains only): after a rejection it samples from p instead of the
+    residual, which over-represents tokens the drafter already proposes often."""
+    draft = tree.tokens
     gamma = draft.shape[0]
     if q is None:
         q = torch.nn.functional.one_hot(draft, p.shape[-1]).to(p.dtype)
@@ -123,9 +125,9 @@ def verify_sampling_without_residual(draft, q, p, generator) -> Verdict:
     r = torch.rand(gamma, generator=generator)
     rejected = (r * q[idx, draft] >= p[idx, draft]).nonzero()
     if not rejected.numel():
-        return Verdict(gamma, int(sample(p[gamma], generator)))
+        return Verdict(tuple(range(gamma)), int(sample(p[gamma], generator)))
     i = int(rejected[0, 0])
-    return Verdict(i, int(sample(p[i], generator)))
+    return Verdict(tuple(range(i)), int(sample(p[i], generator)))
 
 
 T1 = SamplingParams(temperature=1.0)
@@ -159,3 +161,50 @@ def test_speculative_sampling_matches_plain_sampling_with_filters(params, target
 def test_deterministic_drafter_speculative_sampling_matches_plain_sampling(target_model):
     pvalue = speculative_pvalue(target_model, FixedDrafter([3, 0, 3]), T1, 3)
     assert pvalue > ALPHA
+
+
+# --- token trees --------------------------------------------------------------------------------
+# The same test through the `eagle` drafter (a random head, vocabulary 4, top-2 children per node:
+# a tree with siblings at every level): recursive rejection sampling over siblings with one-hot q.
+
+
+def eagle_drafter(target_model) -> Eagle:
+    from specdecode.models.heads import EagleHead, layer_config
+
+    torch.manual_seed(DRAFT_SEED)
+    head = EagleHead(layer_config(target_model.config)).eval()
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_(0, INIT)
+    return Eagle(NativeLlama.from_hf(target_model), head, topk=2, nodes=6)
+
+
+def tree_pvalue(target_model, drafter) -> float:
+    """Like `speculative_pvalue`, but the drafter must share the target it reads features of."""
+    spec = outcomes(drafter.target, drafter, T1, 2, SPEC_SEEDS)
+    return homogeneity_pvalue(spec, plain_outcomes(target_model, T1))
+
+
+def verify_tree_without_sibling_residual(tree, q, p, generator) -> Verdict:
+    """BROKEN on purpose: each sibling is tried against the row's original p, never against the
+    residual left by the siblings rejected before it."""
+    path, row = [], 0
+    while True:
+        for child in tree.children[row]:
+            x = int(tree.tokens[child])
+            if float(torch.rand(1, generator=generator)) < float(p[row, x]):
+                path.append(child)
+                row = child + 1
+                break
+        else:
+            return Verdict(tuple(path), int(sample(p[row], generator)))
+
+
+def test_tree_speculative_sampling_with_eagle_matches_plain_sampling(target_model):
+    assert tree_pvalue(target_model, eagle_drafter(target_model)) > ALPHA
+
+
+def test_broken_tree_verifier_is_detected_by_the_same_test(monkeypatch, target_model):
+    """Power check: skipping the residual between siblings must be rejected at alpha = 0.01."""
+    monkeypatch.setattr(specdecode.engine, "verify_sampling", verify_tree_without_sibling_residual)
+    assert tree_pvalue(target_model, eagle_drafter(target_model)) < ALPHA

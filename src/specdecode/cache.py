@@ -7,6 +7,8 @@ not pay for the whole context window up front.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 
@@ -56,6 +58,17 @@ class StaticKVCache:
         self.keys[layer, :, start:end] = k
         self.values[layer, :, start:end] = v
         return self.keys[layer, :, :end], self.values[layer, :, :end]
+
+    def compact(self, base: int, positions: Sequence[int]) -> None:
+        """Move the entries at `positions` (ascending, each >= base) to base, base + 1, .. and
+        forget everything after them: a tree's accepted path packed behind the prefix."""
+        assert all(base <= p < self.length for p in positions), (base, positions, self.length)
+        kept = base + len(positions)
+        if list(positions) != list(range(base, kept)):  # a chain's prefix needs no copy
+            index = torch.tensor(positions, dtype=torch.long)
+            self.keys[:, :, base:kept] = self.keys[:, :, index]  # advanced indexing copies first
+            self.values[:, :, base:kept] = self.values[:, :, index]
+        self.rollback(kept)
 
     def rollback(self, length: int) -> None:
         """Forget every entry at position >= length."""

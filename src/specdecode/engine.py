@@ -2,11 +2,11 @@
 
 Cache invariant: before each step the target's KV cache holds context[:n-1]; the last context token
 is *pending* (fed in the next forward). One step:
-  1 propose  — the drafter proposes γ tokens (γ = 0 for plain decoding);
-  2 score    — one target forward over [pending, x_1..x_γ] gives γ + 1 next-token distributions;
-  3 verify   — the verifier keeps a accepted tokens and adds one recovered-or-bonus token;
-  4 commit   — roll the cache back to the pending token + accepted tokens (n + a entries), append the
-               a + 1 new tokens to the context, tell the drafter, record the stats, stop if due.
+  1 propose  — the drafter proposes a token tree of N nodes (a chain, or N = 0 for plain decoding);
+  2 score    — one target forward over [pending, nodes] (tree attention) gives N + 1 distributions;
+  3 verify   — the verifier accepts a path of a nodes and adds one recovered-or-bonus token;
+  4 commit   — compact the cache to the pending token + the accepted path (n + a entries), append
+               the a + 1 new tokens to the context, tell the drafter, record the stats, stop if due.
 """
 
 from __future__ import annotations
@@ -76,7 +76,9 @@ def stream(
     n = len(prompt)
     context[:n] = torch.tensor(prompt, dtype=torch.long)
     if n > 1:
-        target.prefill(context[: n - 1])
+        hidden = target.prefill(context[: n - 1])
+        if drafter.uses_features:
+            drafter.observe_features(hidden)
     stats.prefill_seconds = clock() - started
     finish = None
     while finish is None:
@@ -87,27 +89,31 @@ def stream(
         draft = drafter.propose(context[:n], gamma, params, generator) if gamma > 0 else EMPTY_DRAFT
         t1 = clock()
         # 2 score the pending token and the draft in one target forward
-        logits = target.forward(torch.cat([context[n - 1 : n], draft.tokens]))  # [γ + 1, V]
+        tree = draft.tree
+        hidden = target.hidden(torch.cat([context[n - 1 : n], tree.tokens]), tree)  # [N + 1, H]
+        logits = target.logits(hidden)  # [N + 1, V]
         # 3 verify
         if params.greedy:
-            verdict = verify_greedy(draft.tokens, logits)
+            verdict = verify_greedy(tree, logits)
         else:
-            verdict = verify_sampling(draft.tokens, draft.q, probabilities(logits, params), generator)
+            verdict = verify_sampling(tree, draft.q, probabilities(logits, params), generator)
         t2 = clock()
-        # 4 commit
-        target.rollback(n + verdict.accepted)
-        drafted = draft.tokens.shape[0]
+        # 4 commit: node i sits at cache position n + i, behind the pending token at n - 1
+        target.compact(n, [n + i for i in verdict.path])
+        drafted = len(tree)
         drafter.observe(verdict.accepted)
+        if drafter.uses_features:
+            drafter.observe_features(hidden[[0] + [i + 1 for i in verdict.path]])
         if draft_length:
             draft_length.update(drafted, verdict.accepted)
-        new = draft.tokens[: verdict.accepted].tolist() + [verdict.token]
+        new = tree.path_tokens(list(verdict.path)) + [verdict.token]
         confirmed = len(new)
         for i, token in enumerate(new):
             if token in eos_token_ids:  # EOS ends the text but was still confirmed (counts for τ)
                 new, finish, confirmed = new[:i], "stop", i + 1
                 break
         stats.observe(drafted, verdict.accepted, len(new), confirmed, draft.forwards, t1 - t0,
-                      t2 - t1)
+                      t2 - t1, tree.depth)
         context[n : n + len(new)] = torch.tensor(new, dtype=torch.long)
         n += len(new)
         if finish is None and (stats.new_tokens >= config.max_new_tokens or n >= target.max_length):

@@ -29,21 +29,23 @@ class RunStats:
 
     def observe(
         self, drafted: int, accepted: int, new_tokens: int, confirmed: int, draft_forwards: int,
-        draft_seconds: float, verify_seconds: float,
+        draft_seconds: float, verify_seconds: float, depth: int | None = None,
     ) -> None:
         """Record one engine step (one target forward): `accepted` of `drafted` draft tokens kept,
         `confirmed` = accepted + 1 unless cut by EOS or the token limit, `new_tokens` of them
-        returned to the user."""
+        returned to the user. Per-position counts go by depth: a tree of `drafted` nodes and
+        `depth` levels (a chain: depth = drafted) had a token at positions 0..depth-1."""
+        depth = drafted if depth is None else depth
         self.target_forwards += 1
         self.new_tokens += new_tokens
         self.confirmed_tokens += confirmed
         self.draft_forwards += draft_forwards
         self.drafted += drafted
         self.accepted += accepted
-        _grow(self.drafted_at, drafted)
-        _grow(self.accepted_at, drafted)
+        _grow(self.drafted_at, depth)
+        _grow(self.accepted_at, depth)
         _grow(self.accepted_histogram, accepted + 1)
-        for i in range(drafted):
+        for i in range(depth):
             self.drafted_at[i] += 1
         for i in range(accepted):
             self.accepted_at[i] += 1

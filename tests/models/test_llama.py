@@ -191,3 +191,56 @@ def test_supports_rejects_architectures_it_cannot_reproduce():
     assert not supports(transformers.MistralConfig(sliding_window=16, **base))
     assert supports(transformers.Qwen2Config(use_sliding_window=False, **base))
     assert not supports(transformers.GPT2Config())
+
+
+# --- token trees --------------------------------------------------------------------------------
+
+from specdecode.tree import TokenTree  # noqa: E402
+
+#  root(pending) -> n0 -> n2 -> n4 ;  root -> n1 -> n3 ; n0 -> n5
+TREE = TokenTree(torch.tensor([11, 12, 13, 14, 15, 16]), torch.tensor([-1, -1, 0, 1, 2, 0]))
+
+
+def branch_rows(tree: TokenTree, node: int) -> list[int]:
+    """Rows (root = 0, node i = i + 1) from the root down to `node`."""
+    rows = []
+    while node != -1:
+        rows.append(node + 1)
+        node = int(tree.parents[node])
+    return [0] + rows[::-1]
+
+
+def test_tree_forward_scores_every_node_as_if_its_branch_were_decoded_alone(tiny_llama):
+    model = tiny_llama(4, vocab=V, layers=3)
+    prefix, pending = tokens(9, 4), torch.tensor([7])
+    native = NativeLlama.from_hf(model)
+    native.prefill(prefix)
+    rows = torch.cat([pending, TREE.tokens])
+    tree_logits = native.logits(native.hidden(rows, TREE))  # [7, V]
+    assert native.length == 9 + 7
+    for node in range(len(TREE)):
+        branch = rows[branch_rows(TREE, node)]
+        expected = hf_logits(model, torch.cat([prefix, branch]))[-1]
+        torch.testing.assert_close(tree_logits[node + 1], expected, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("path", [[1, 3], [0, 5], [0, 2, 4], []])
+def test_compacting_an_accepted_path_leaves_the_cache_of_that_branch_alone(path, tiny_llama):
+    model = tiny_llama(5, vocab=V, layers=2)
+    prefix, pending = tokens(9, 5), torch.tensor([7])
+    native = NativeLlama.from_hf(model)
+    native.prefill(prefix)
+    native.hidden(torch.cat([pending, TREE.tokens]), TREE)
+    n = 10  # prefix + pending
+    native.compact(n, [n + i for i in path])
+    assert native.length == n + len(path)
+    nxt = torch.tensor([3])
+    accepted = TREE.tokens[path] if path else torch.empty(0, dtype=torch.long)
+    expected = hf_logits(model, torch.cat([prefix, pending, accepted, nxt]))[-1]
+    torch.testing.assert_close(native.forward(nxt)[-1], expected, atol=ATOL, rtol=0)
+
+
+def test_transformers_backend_refuses_trees_with_a_clear_error(tiny_llama):
+    target = HFTarget(tiny_llama(0, vocab=V))
+    with pytest.raises(NotImplementedError, match="chains only"):
+        target.hidden(torch.cat([torch.tensor([1]), TREE.tokens]), TREE)

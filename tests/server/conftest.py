@@ -28,13 +28,13 @@ def slow_model(tiny_real_vocab_model):
     """The tiny model with every target forward slowed down, so a generation takes seconds (plain
     decoding: one token per forward) and queueing, cancellation and timeouts can be observed."""
     model = load_model(str(tiny_real_vocab_model))
-    forward = model.target.forward
+    hidden = model.target.hidden  # the engine's one target forward per step
 
-    def slow_forward(*args, **kwargs):
+    def slow_hidden(*args, **kwargs):
         time.sleep(STEP_DELAY)
-        return forward(*args, **kwargs)
+        return hidden(*args, **kwargs)
 
-    model.target.forward = slow_forward
+    model.target.hidden = slow_hidden
     return model
 
 

@@ -14,6 +14,7 @@ import torch
 
 from ..errors import InvalidParameterError
 from ..sampling import SamplingParams, probabilities, sample
+from ..tree import TokenTree
 
 if TYPE_CHECKING:
     from ..models import LoadedModel
@@ -21,9 +22,16 @@ if TYPE_CHECKING:
 
 @dataclass
 class Draft:
-    tokens: torch.Tensor  # [γ] int64, proposed continuation of the context
-    q: torch.Tensor | None  # [γ, V] processed draft distributions, None for deterministic drafters
+    tokens: torch.Tensor  # [N] int64, proposed continuation(s) of the context
+    q: torch.Tensor | None  # [N, V] processed draft distributions, None for deterministic drafters
     forwards: int = 0  # draft-model forward passes spent on this proposal
+    parents: torch.Tensor | None = None  # [N] int64 tree parents (`tree.TokenTree`); None: a chain
+
+    @property
+    def tree(self) -> TokenTree:
+        if self.parents is None:
+            return TokenTree.chain(self.tokens)
+        return TokenTree(self.tokens, self.parents)
 
 
 EMPTY_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)
@@ -37,11 +45,14 @@ class DrafterOptions:
     layers: tuple[int, ...] | None = None  # `layerskip`: decoder layers the draft pass runs
     ngram_max: int = 5  # `lookup`: longest n-gram matched against the context
     ngram_min: int = 1  # `lookup`: shortest n-gram tried before giving up
+    tree_topk: int = 4  # `eagle`: children per expanded node
+    tree_nodes: int = 12  # `eagle`, `medusa`: nodes in the draft tree
 
 
 class Drafter(ABC):
     name: ClassVar[str]
     lossless: ClassVar[bool] = True
+    uses_features: ClassVar[bool] = False  # True: the engine calls `observe_features`
 
     @classmethod
     @abstractmethod
@@ -63,6 +74,10 @@ class Drafter(ABC):
 
     def observe(self, num_accepted: int) -> None:
         """Told after each verification how many draft tokens were accepted."""
+
+    def observe_features(self, hidden: torch.Tensor) -> None:
+        """The target's hidden states [T, H] of the positions it just added to its cache, in
+        order: the prompt after prefill, then the root and accepted path after each step."""
 
     def reset(self) -> None:
         """Forget per-request state before a new request."""

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..cache import StaticKVCache
+from ..tree import TokenTree
 
 SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2"}
 
@@ -37,7 +38,7 @@ def supports(config) -> bool:
 
 @dataclass
 class _Layer:
-    input_norm: torch.Tensor  # [H]
+    input_norm: torch.Tensor | None  # [H]; None: the layer reads its input unnormalised (EAGLE)
     qkv: torch.Tensor  # [(n_heads + 2 n_kv) d, H]
     qkv_bias: torch.Tensor | None  # [(n_heads + 2 n_kv) d]
     out: torch.Tensor  # [H, n_heads d]
@@ -59,6 +60,7 @@ class NativeLlama:
     def __init__(self, config, weights: Mapping[str, torch.Tensor],
                  dtype: torch.dtype = torch.float32) -> None:
         assert supports(config), config.model_type
+        self.config = config
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
@@ -73,7 +75,7 @@ class NativeLlama:
             return get(name) if name in weights else None
 
         self.embed = get("model.embed_tokens.weight")  # [V, H]
-        self.norm = get("model.norm.weight")
+        self.norm = optional("model.norm.weight")  # None: no final norm (an EAGLE head's layer)
         # tied embeddings are saved once, under the input embedding's name
         self.lm_head = optional("lm_head.weight")  # [V, H]
         if self.lm_head is None:
@@ -89,7 +91,7 @@ class NativeLlama:
             down = get(f"{mlp}down_proj.weight")
             self.layers.append(
                 _Layer(
-                    input_norm=get(f"model.layers.{i}.input_layernorm.weight"),
+                    input_norm=optional(f"model.layers.{i}.input_layernorm.weight"),
                     qkv=torch.cat([get(f"{p}.weight") for p in qkv]),
                     qkv_bias=bias,
                     out=get(f"{attn}o_proj.weight"),
@@ -123,34 +125,61 @@ class NativeLlama:
         self.cache.rollback(length)
 
     def _rope_cache(self, capacity: int) -> None:
-        freqs = torch.outer(torch.arange(capacity, dtype=torch.float32), self._inv_freq)
-        angles = torch.cat([freqs, freqs], dim=-1)  # [capacity, d], halves layout as in HF Llama
-        self._cos = (angles.cos() * self._rope_scale).to(self.embed.dtype)
-        self._sin = (angles.sin() * self._rope_scale).to(self.embed.dtype)
+        cos, sin = rope_tables(self._inv_freq, self._rope_scale, capacity)
+        self._cos, self._sin = cos.to(self.embed.dtype), sin.to(self.embed.dtype)
 
-    @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, layers: Sequence[int] | None = None) -> torch.Tensor:
         """tokens: [T] int64 -> logits [T, V]; appends T positions to the cache."""
-        x = self._hidden(tokens, layers)
-        return _linear(x, self.lm_head).float()
+        return self.logits(self.run_layers(self.embed[tokens], layers=layers))
 
-    def prefill(self, tokens: torch.Tensor) -> None:
-        """Append tokens without the LM head (20% of a long prompt's prefill on SmolLM2)."""
-        self._hidden(tokens, None)
+    def hidden(self, tokens: torch.Tensor, tree: TokenTree | None = None) -> torch.Tensor:
+        """tokens: [T] int64 -> final-normed hidden states [T, H]; appends T positions to the cache.
+
+        With a tree, tokens are its rows [root, nodes] (T = N + 1) and each row attends to the
+        cache and its own ancestors only, at position start + depth (`tree.TokenTree`)."""
+        if tree is None or tree.is_chain:
+            return self.run_layers(self.embed[tokens])
+        assert tokens.shape[0] == len(tree) + 1, (tokens.shape, len(tree))
+        positions, mask = tree.attention(self.cache.length)
+        return self.run_layers(self.embed[tokens], positions, mask)
 
     @torch.inference_mode()
-    def _hidden(self, tokens: torch.Tensor, layers: Sequence[int] | None) -> torch.Tensor:
-        """Run the decoder layers over tokens ([T]); returns the final-normed hidden states [T, H]."""
-        T, start = tokens.shape[0], self.cache.length
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: [T, H] -> logits [T, V] (float32)."""
+        return _linear(hidden, self.lm_head).float()
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append tokens without the LM head (20% of a long prompt's prefill on SmolLM2); returns
+        their hidden states [T, H]."""
+        return self.run_layers(self.embed[tokens])
+
+    def compact(self, base: int, positions: Sequence[int]) -> None:
+        """Keep the cached entries at `positions` (ascending, all >= base), moved to base, base + 1,
+        ..; drop everything else past base. A tree's accepted path is packed this way."""
+        self.cache.compact(base, positions)
+
+    @torch.inference_mode()
+    def run_layers(self, x: torch.Tensor, positions: torch.Tensor | None = None,
+                   mask: torch.Tensor | None = None,
+                   layers: Sequence[int] | None = None) -> torch.Tensor:
+        """The decoder stack on input vectors x: [T, H] (token embeddings, or an EAGLE head's fused
+        features), appended to the cache at start = cache length; returns [T, H] after the final
+        norm (if there is one).
+
+        positions: [T] rotary positions (default start..start+T-1); mask: [T, start + T] bool, True
+        where a row may attend (default causal over the cache and the new rows)."""
+        T, start = x.shape[0], self.cache.length
         self.cache.reserve(T)
         if self._cos.shape[0] < self.cache.capacity:
             self._rope_cache(self.cache.capacity)
         end = start + T
-        cos, sin = self._cos[start:end], self._sin[start:end]  # [T, d]
-        mask = None
-        if T > 1 and start > 0:  # new token i sees the cached prefix and new tokens 0..i
+        if positions is None:
+            cos, sin = self._cos[start:end], self._sin[start:end]  # [T, d]
+        else:
+            cos, sin = self._cos[positions], self._sin[positions]
+        if mask is None and T > 1 and start > 0:  # new row i sees the cached prefix and rows 0..i
             mask = torch.arange(end)[None, :] <= torch.arange(start, end)[:, None]  # [T, end]
-        x = self.embed[tokens]  # [T, H]
+        assert mask is None or mask.shape == (T, end), (None if mask is None else mask.shape, T, end)
         for i in range(self.num_layers) if layers is None else layers:
             x = x + self._attention(i, x, start, cos, sin, mask)
             w = self.layers[i]
@@ -159,12 +188,12 @@ class NativeLlama:
             a = F.silu(gate) * up
             x = x + (_linear(a, w.down) if T <= 2 else _linear_blocks(a, w.down_blocks))
         self.cache.length = end
-        return _rms_norm(x, self.norm, self.eps)
+        return x if self.norm is None else _rms_norm(x, self.norm, self.eps)
 
     def _attention(self, i, x, start, cos, sin, mask) -> torch.Tensor:
         w = self.layers[i]
         T, d, n_kv = x.shape[0], self.head_dim, self.num_kv_heads
-        h = _rms_norm(x, w.input_norm, self.eps)
+        h = x if w.input_norm is None else _rms_norm(x, w.input_norm, self.eps)
         qkv = _linear(h, w.qkv, w.qkv_bias).view(T, -1, d).transpose(0, 1)  # [heads, T, d]
         qk = _rotate(qkv[: self.num_heads + n_kv], cos, sin)  # one rotation for q and k
         q, k, v = qk[: self.num_heads], qk[self.num_heads :], qkv[self.num_heads + n_kv :]
@@ -172,7 +201,7 @@ class NativeLlama:
         # 4-D inputs with enable_gqa take torch's CPU flash kernel (3-D inputs take the math path:
         # 40% of an 800-token prefill, and 3x slower per decode step at 800 cached tokens)
         o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
-                                           is_causal=T > 1 and start == 0, enable_gqa=True)[0]
+                                           is_causal=mask is None and T > 1, enable_gqa=True)[0]
         o = o.transpose(0, 1).reshape(T, self.num_heads * d)
         return _linear(o, w.out, w.out_bias)
 
@@ -209,6 +238,13 @@ def _rope_frequencies(config) -> tuple[torch.Tensor, float]:
 
     inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](config)
     return inv_freq.float(), float(scale)
+
+
+def rope_tables(inv_freq: torch.Tensor, scale: float, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [length, d] of positions 0..length-1 (the halves layout of HF Llama)."""
+    freqs = torch.outer(torch.arange(length, dtype=torch.float32), inv_freq)
+    angles = torch.cat([freqs, freqs], dim=-1)
+    return angles.cos() * scale, angles.sin() * scale
 
 
 def _split_columns(w: torch.Tensor, width: int = 512) -> tuple[torch.Tensor, ...]:

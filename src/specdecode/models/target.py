@@ -1,7 +1,9 @@
 """The Target protocol and its transformers backend.
 
 A target scores new tokens against its own KV cache and owns that cache. Drafters and the
-verifier never reach inside it: they see `forward`, `rollback`, `length` and `reset`.
+verifier never reach inside it: they see `hidden`/`logits`/`forward`, `compact`/`rollback`,
+`length` and `reset`. Hidden states are the final-normed features the LM head reads (EAGLE and
+Medusa heads draft from them).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 import torch
+
+from ..tree import TokenTree
 
 
 class Target(Protocol):
@@ -24,8 +28,23 @@ class Target(Protocol):
         that raise NotImplementedError."""
         ...
 
-    def prefill(self, tokens: torch.Tensor) -> None:
-        """Append tokens ([T] int64) without computing logits (the prompt: only its KV is needed)."""
+    def hidden(self, tokens: torch.Tensor, tree: TokenTree | None = None) -> torch.Tensor:
+        """Append tokens ([T] int64) and return their hidden states [T, H]. With a tree the tokens
+        are its rows [root, nodes], each attending only to the cache and its ancestors."""
+        ...
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head: hidden [T, H] -> logits [T, V] (float32)."""
+        ...
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append tokens ([T] int64) without computing logits (the prompt: only its KV is needed);
+        returns their hidden states [T, H]."""
+        ...
+
+    def compact(self, base: int, positions: Sequence[int]) -> None:
+        """Keep the cached entries at `positions` (ascending, >= base), packed to base, base + 1..;
+        drop everything else from base on."""
         ...
 
     def rollback(self, length: int) -> None:
@@ -64,18 +83,31 @@ class HFTarget:
     def forward(self, tokens: torch.Tensor, layers: Sequence[int] | None = None) -> torch.Tensor:
         if layers is not None:
             raise NotImplementedError("the transformers backend cannot skip layers")
-        return self._run(tokens, keep=0)  # transformers: logits_to_keep=0 means all positions
+        return self.logits(self.hidden(tokens))
 
-    def prefill(self, tokens: torch.Tensor) -> None:
-        self._run(tokens, keep=1)  # the cheapest transformers allows
-
-    def _run(self, tokens: torch.Tensor, keep: int) -> torch.Tensor:
+    def hidden(self, tokens: torch.Tensor, tree: TokenTree | None = None) -> torch.Tensor:
+        if tree is not None and not tree.is_chain:
+            raise NotImplementedError("the transformers backend verifies chains only, not trees")
         positions = torch.arange(self._length, self._length + tokens.shape[0])
         with torch.inference_mode():
-            out = self.model(input_ids=tokens[None], position_ids=positions[None],
-                             cache=self.cache, use_cache=True, logits_to_keep=keep)
+            out = self.model.get_decoder()(input_ids=tokens[None], position_ids=positions[None],
+                                           cache=self.cache, use_cache=True)
         self._length += tokens.shape[0]
-        return out.logits[0]  # [T or keep, V]
+        return out.last_hidden_state[0]  # [T, H]
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            logits = self.model.get_output_embeddings()(hidden).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)  # Gemma 2
+        return logits if cap is None else torch.tanh(logits / cap) * cap
+
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.hidden(tokens)
+
+    def compact(self, base: int, positions: Sequence[int]) -> None:
+        if list(positions) != list(range(base, base + len(positions))):
+            raise NotImplementedError("the transformers backend verifies chains only, not trees")
+        self.rollback(base + len(positions))
 
     def rollback(self, length: int) -> None:
         assert 0 <= length <= self._length, (length, self._length)

@@ -1,0 +1,147 @@
+"""`eagle`: EAGLE-2 drafting (Li et al. 2024) — a feature-level head with a dynamic token tree.
+
+The head (`models.heads.EagleHead`) maps the pair (target feature h_t, embedding of x_{t+1}) to
+the next feature ĥ_{t+1}; the target's LM head (or its draft-vocabulary rows) turns ĥ into the
+draft distribution q of x_{t+2}. The head's one decoder layer runs natively with its own KV cache:
+entry j holds pair j = (h_j, x_{j+1}) at rotary position j, so between steps it only processes
+the pairs the last step confirmed (their true target features arrive by `observe_features`).
+
+Dynamic tree (EAGLE-2): the root's top-`topk` tokens form level 1; for `depth - 1` rounds the
+`topk` nodes of the newest level with the highest cumulative log q are expanded (one head forward
+over them, each attending to the head's cache and its own ancestors), each into its `topk` best
+children; of all candidates the `nodes` best by cumulative log q become the draft tree.
+
+The tree is a deterministic function of the context, so the verifier treats its tokens as drafts
+without a q (one-hot): lossless under sampling too (`verify.verify_sampling`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from ..models.heads import EagleHead
+from ..models.llama import NativeLlama, _linear
+from ..sampling import SamplingParams
+from ..tree import ROOT
+from .base import EMPTY_DRAFT, Draft, Drafter, DrafterOptions, register
+from .learned import draft_lm_head, resolve_head, select_nodes, to_token_ids
+
+
+def native_head_layer(head: EagleHead, target: NativeLlama) -> NativeLlama:
+    """The head's decoder layer (no input norm, no final norm) as a 1-layer `NativeLlama` with its
+    own KV cache; its `logits` are the draft-vocabulary LM head."""
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = 1
+    weights = {"model.embed_tokens.weight": target.embed,  # unused: the head feeds vectors
+               "lm_head.weight": draft_lm_head(target.lm_head, head.draft_vocab)}
+    for name, tensor in head.layers[0].state_dict().items():
+        if name == "post_attention_layernorm":
+            name += ".weight"
+        weights[f"model.layers.0.{name}"] = tensor
+    return NativeLlama(config, weights, target.embed.dtype)
+
+
+@register("eagle")
+class Eagle(Drafter):
+    uses_features = True
+
+    def __init__(self, target: NativeLlama, head: EagleHead, topk: int = 4, nodes: int = 12,
+                 label: str = "eagle head") -> None:
+        dtype = target.embed.dtype
+        self.target = target  # read-only: its embedding and LM head; features come by observe
+        self.embed = target.embed  # [V, H]
+        self.fc_weight = head.fc.weight.detach().to(dtype)  # [H, 2H]
+        self.layer = native_head_layer(head, target)
+        self.draft_vocab = head.draft_vocab
+        self.max_length = target.max_length
+        self.topk, self.nodes, self.label = topk, nodes, label
+        self.features = torch.empty(1024, self.embed.shape[1], dtype=dtype)  # [capacity, H]
+        self.num_features = 0  # target features seen: one per position in the target's cache
+        self.pairs = 0  # pairs the head's cache holds (its later entries are last step's draft)
+
+    @classmethod
+    def create(cls, model, options: DrafterOptions) -> "Eagle":
+        head = resolve_head(model, options.draft_model, "eagle")
+        return cls(model.target, head, options.tree_topk, options.tree_nodes,
+                   options.draft_model or "shipped head")
+
+    @property
+    def default_k(self) -> int:
+        return 5  # tree depth
+
+    def reset(self) -> None:
+        self.layer.reset()
+        self.num_features = self.pairs = 0
+
+    def observe_features(self, hidden: torch.Tensor) -> None:
+        end = self.num_features + hidden.shape[0]
+        if end > self.features.shape[0]:  # grow by doubling: appends stay amortised O(1)
+            grown = self.features.new_empty(max(end, 2 * self.features.shape[0]), hidden.shape[1])
+            grown[: self.num_features] = self.features[: self.num_features]
+            self.features = grown
+        self.features[self.num_features : end] = hidden
+        self.num_features = end
+
+    def _head(self, features: torch.Tensor, tokens: torch.Tensor, positions=None, mask=None):
+        """ĥ = Layer(W_fc [e(tokens); features]) for rows of pairs: [T, H], [T] -> [T, H],
+        appended to the head's cache."""
+        fused = _linear(torch.cat([self.embed[tokens], features], dim=-1), self.fc_weight)
+        return self.layer.run_layers(fused, positions, mask)
+
+    def _children(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k draft tokens and their log q after each feature row: [T, H] -> ([T, k], [T, k])."""
+        logq = torch.log_softmax(self.layer.logits(features), dim=-1)
+        values, indices = logq.topk(k, dim=-1)
+        return to_token_ids(self.draft_vocab, indices), values
+
+    @torch.inference_mode()
+    def propose(self, context: torch.Tensor, k: int, params: SamplingParams, generator) -> Draft:
+        n = context.shape[0]
+        committed = n - 1  # pairs 0..n-2 are known: features of the target's cached positions
+        if committed < 1 or self.num_features < committed:
+            return EMPTY_DRAFT
+        self.layer.rollback(self.pairs)  # drop last step's draft entries
+        done, self.pairs = self.pairs, committed
+        last = self._head(self.features[done:committed], context[done + 1 : n])[-1:]  # ĥ_{n-1}
+        budget = min(self.nodes, self.max_length - n)  # the target must fit the whole tree
+        if budget < 1:
+            return EMPTY_DRAFT
+        tokens, scores = self._children(last, self.topk)
+        # candidates: token, parent (ROOT or candidate index), cumulative log q, depth
+        cand_tokens, cand_parents = tokens[0].tolist(), [ROOT] * self.topk
+        cand_scores, cand_depth = scores[0].tolist(), [1] * self.topk
+        feature_of = {ROOT: last[0]}  # ĥ that predicted each expanded candidate's children
+        slot = {}  # expanded candidate -> its entry in the head's cache
+        level = list(range(self.topk))
+        for depth in range(2, k + 1):
+            frontier = sorted(level, key=lambda c: -cand_scores[c])[: self.topk]
+            start = self.layer.length
+            mask = torch.zeros(len(frontier), start + len(frontier), dtype=torch.bool)
+            mask[:, :committed] = True
+            for row, c in enumerate(frontier):
+                a = c
+                while a != ROOT:  # the candidate and its ancestors: all expanded before
+                    mask[row, slot.get(a, start + row)] = True
+                    a = cand_parents[a]
+            positions = torch.tensor([committed + cand_depth[c] - 1 for c in frontier])
+            parents_features = torch.stack([feature_of[cand_parents[c]] for c in frontier])
+            out = self._head(parents_features, torch.tensor([cand_tokens[c] for c in frontier]),
+                             positions, mask)
+            tokens, scores = self._children(out, self.topk)
+            level = []
+            for row, c in enumerate(frontier):
+                slot[c], feature_of[c] = start + row, out[row]
+                for token, score in zip(tokens[row].tolist(), scores[row].tolist()):
+                    level.append(len(cand_tokens))
+                    cand_tokens.append(token)
+                    cand_parents.append(c)
+                    cand_scores.append(cand_scores[c] + score)
+                    cand_depth.append(depth)
+        kept, parents = select_nodes(cand_parents, cand_scores, budget)
+        return Draft(torch.tensor([cand_tokens[c] for c in kept]), None,
+                     forwards=max(k - 1, 0) + 1, parents=torch.tensor(parents, dtype=torch.long))
+
+    def describe(self) -> str:
+        return f"eagle ({self.label}, tree top-{self.topk}, {self.nodes} nodes)"
