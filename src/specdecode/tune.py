@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from .drafters import DrafterOptions
+from .drafters.learned import shipped_head_path
 from .errors import SpecDecodeError
 from .models import LoadedModel
 from .pipeline import DEFAULT_METHOD, SpecDecoder
@@ -47,7 +48,7 @@ class TunedDefaults:
 def candidates(model: LoadedModel, draft_model: str | None) -> list[Candidate]:
     """What `tune` measures: plain decoding, the built-in default (DEFAULT_METHOD with its own
     settings), prompt lookup over K and n-gram size, layerskip when the model's searched profile
-    found a skip set, a draft model when one is given."""
+    found a skip set, a draft model when one is given, eagle and medusa when heads ship for it."""
     default = Candidate(DEFAULT_METHOD)
     found = [Candidate("ar"), default]
     found += [Candidate("lookup", k, n) for n in (3, 5) for k in (3, 5, 7, 10)
@@ -56,6 +57,8 @@ def candidates(model: LoadedModel, draft_model: str | None) -> list[Candidate]:
         found.append(Candidate("layerskip"))
     if draft_model:
         found += [Candidate("draft", k) for k in (2, 4, 6)]
+    found += [Candidate(kind) for kind in ("eagle", "medusa")
+              if shipped_head_path(model.key, kind).is_dir()]
     return found
 
 
@@ -64,7 +67,8 @@ def tune(model: LoadedModel, prompts: list[list[int]], draft_model: str | None =
     """Time every candidate on every prompt (interleaved, greedy) and return the fastest whose
     outputs equal plain decoding's; the built-in default wins unless beaten by more than NOISE.
     `progress(n)` is called after each run."""
-    options = {c: DrafterOptions(draft_model, None, c.ngram_max or DrafterOptions.ngram_max)
+    options = {c: DrafterOptions(draft_model if c.method == "draft" else None, None,
+                                 c.ngram_max or DrafterOptions.ngram_max)
                for c in candidates(model, draft_model)}
     decoders = {c: SpecDecoder(model, c.method, o, c.k) for c, o in options.items()}
     seconds = dict.fromkeys(decoders, 0.0)

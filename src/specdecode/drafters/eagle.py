@@ -60,6 +60,7 @@ class Eagle(Drafter):
         self.features = torch.empty(1024, self.embed.shape[1], dtype=dtype)  # [capacity, H]
         self.num_features = 0  # target features seen: one per position in the target's cache
         self.pairs = 0  # pairs the head's cache holds (its later entries are last step's draft)
+        self.last: torch.Tensor | None = None  # [1, H]: ĥ of the newest pair, the tree's root
 
     @classmethod
     def create(cls, model, options: DrafterOptions) -> "Eagle":
@@ -74,6 +75,7 @@ class Eagle(Drafter):
     def reset(self) -> None:
         self.layer.reset()
         self.num_features = self.pairs = 0
+        self.last = None
 
     def observe_features(self, hidden: torch.Tensor) -> None:
         end = self.num_features + hidden.shape[0]
@@ -103,8 +105,11 @@ class Eagle(Drafter):
         if committed < 1 or self.num_features < committed:
             return EMPTY_DRAFT
         self.layer.rollback(self.pairs)  # drop last step's draft entries
-        done, self.pairs = self.pairs, committed
-        last = self._head(self.features[done:committed], context[done + 1 : n])[-1:]  # ĥ_{n-1}
+        if self.pairs < committed:  # feed the pairs confirmed since: ĥ_{n-1} is the last output
+            self.last = self._head(self.features[self.pairs : committed],
+                                   context[self.pairs + 1 : n])[-1:]
+            self.pairs = committed
+        last = self.last
         budget = min(self.nodes, self.max_length - n)  # the target must fit the whole tree
         if budget < 1:
             return EMPTY_DRAFT
