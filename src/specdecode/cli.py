@@ -1,4 +1,4 @@
-"""Command line: `specdecode generate | bench | tune | search-layers | serve`.
+"""Command line: `specdecode generate | bench | tune | search-layers | serve | export`.
 
 User mistakes (`SpecDecodeError`) print one line on stderr and exit with code 2; so do argument
 errors. Anything else is a bug and keeps its traceback.
@@ -12,8 +12,9 @@ import logging
 import sys
 
 from . import DEFAULT_METHOD, DEFAULT_MODEL
-from .drafters import DRAFTERS
+from .drafters import DRAFTERS, DrafterOptions
 from .errors import InvalidParameterError, SpecDecodeError
+from .export import DEFAULT_VERIFIER, FORMATS
 
 EXIT_USAGE = 2
 
@@ -34,7 +35,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_drafter_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--draft-model", help="draft: smaller model with the same tokenizer")
+    p.add_argument("--draft-model", help="draft: smaller model with the same tokenizer; eagle, "
+                                         "medusa: a trained head directory (default: the head "
+                                         "shipped for the model)")
     p.add_argument("--k", type=int,
                    help="draft length γ (default: the tuned profile's, else the method's own)")
     p.add_argument("--adaptive", action="store_true",
@@ -46,6 +49,12 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
                    help="lookup: longest n-gram; a match this long drafts k tokens (default: the "
                         "tuned profile's, else 5)")
     p.add_argument("--ngram-min", type=int, default=1, help="lookup: shortest n-gram (default 1)")
+    p.add_argument("--tree-topk", type=int, default=DrafterOptions.tree_topk,
+                   help="eagle: children per expanded tree node (default %(default)s); the tree's "
+                        "depth is --k")
+    p.add_argument("--tree-nodes", type=int, default=DrafterOptions.tree_nodes,
+                   help="eagle, medusa: draft tokens per tree, all verified in one forward "
+                        "(default %(default)s)")
 
 
 def _add_method_arg(p: argparse.ArgumentParser) -> None:
@@ -155,6 +164,23 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn log level (default info)")
+
+    x = sub.add_parser("export", help="export a trained EAGLE head for vLLM",
+                       description="Write the EAGLE head in HEAD_DIR to OUT_DIR as config.json + "
+                                   "model.safetensors: by default in the EAGLE-1 layout vLLM's "
+                                   "method 'eagle' loads; see docs/serving-with-vllm.md.")
+    x.add_argument("head_dir", metavar="HEAD_DIR", help="EAGLE head directory (from training)")
+    x.add_argument("out_dir", metavar="OUT_DIR", help="directory to write")
+    x.add_argument("--format", default="vllm", choices=FORMATS,
+                   help="vllm: the EAGLE-1 checkpoint layout vLLM's method 'eagle' loads "
+                        "(default); speculators: the speculators EAGLE-1 layout")
+    x.add_argument("--verifier", default=DEFAULT_VERIFIER,
+                   help="the verifier (target) model as vLLM will load it: hub id or path "
+                        f"(default: {DEFAULT_VERIFIER}, the default model)")
+    x.add_argument("--speculative-tokens", type=int,
+                   help="draft length recorded in the config (--format speculators only; "
+                        "default 5)")
+    x.set_defaults(threads=None)
     return parser
 
 

@@ -26,7 +26,11 @@ def drafter_options(args: argparse.Namespace) -> DrafterOptions:
             layers = tuple(int(x) for x in args.layers.split(","))
         except ValueError:
             raise InvalidParameterError(f"--layers takes comma-separated integers, got {args.layers!r}")
-    return DrafterOptions(args.draft_model, layers, ngram_max, args.ngram_min)
+    for name in ("tree_topk", "tree_nodes"):
+        if getattr(args, name) < 1:
+            raise InvalidParameterError(f"--{name.replace('_', '-')} must be >= 1")
+    return DrafterOptions(args.draft_model, layers, ngram_max, args.ngram_min, args.tree_topk,
+                          args.tree_nodes)
 
 
 def apply_tuned_defaults(args: argparse.Namespace, model) -> str | None:
@@ -215,4 +219,14 @@ def serve(args: argparse.Namespace) -> int:
           f"http://{args.host}:{args.port}/v1", file=sys.stderr)
     build_server(app, args.host, args.port, grace=args.shutdown_grace,
                  log_level=args.log_level).run()
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    from .export import export_head
+
+    out = export_head(args.head_dir, args.out_dir, args.verifier, format=args.format,
+                      speculative_tokens=args.speculative_tokens)
+    print(f"wrote {out}/config.json and model.safetensors ({args.format} layout, verifier "
+          f"{args.verifier}); serving: docs/serving-with-vllm.md")
     return 0
