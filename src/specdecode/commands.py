@@ -230,3 +230,33 @@ def export(args: argparse.Namespace) -> int:
     print(f"wrote {out}/config.json and model.safetensors ({args.format} layout, verifier "
           f"{args.verifier}); serving: docs/serving-with-vllm.md")
     return 0
+
+
+def train(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .train import TrainOptions, run_training
+    from .train.run import DEFAULT_PROMPTS
+
+    prompts = Path(args.prompts) if args.prompts else DEFAULT_PROMPTS
+    if not args.prompts and not DEFAULT_PROMPTS.is_file():
+        raise InvalidParameterError(f"no --prompts given and the default {DEFAULT_PROMPTS} does "
+                                    "not exist here: pass --prompts FILE.jsonl")
+    options = TrainOptions(args.method, Path(args.out), prompts, args.model, args.num_prompts,
+                           args.val_prompts, args.max_new_tokens, args.epochs, args.draft_vocab,
+                           args.medusa_heads, args.lr, args.batch_size, args.seed)
+    record = run_training(options, resume=args.resume, command_line=shlex.join(sys.argv))
+    info = record["training"]
+    print(f"{'epoch':>5} {'train loss':>10} {'val loss':>9} {'val acc':>16} {'s':>6}")
+    for e in info["history"]:
+        accuracy = " ".join(f"{a:.0%}" for a in e["val_accuracy"])
+        print(f"{e['epoch']:>5} {e['train_loss']:>10.4f} {e['val_loss']:>9.4f} {accuracy:>16} "
+              f"{e['seconds']:>6.0f}")
+    tau = info["validation_tau"]
+    tau_text = (f"validation τ {tau['tau']:.2f} at k={tau['k']} on {tau['prompts']} prompts"
+                if tau else "validation τ not measured")
+    head = Path(args.out) / "head"
+    print(f"{args.method} head for {record['target']}: {info['train_prompts']} prompts, "
+          f"{info['train_answer_tokens']} answer tokens, {tau_text}; {info['wall_seconds']:.0f} s. "
+          f"Use it: specdecode generate --method {args.method} --draft-model {head}")
+    return 0

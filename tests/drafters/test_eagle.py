@@ -106,3 +106,16 @@ def test_eagle_loads_a_saved_head_through_the_registry(target_model, tmp_path):
     assert load_head(tmp_path / "head").cfg["hidden_size"] == head.cfg["hidden_size"]
     with pytest.raises(ModelLoadError, match="train one with"):
         create_drafter("eagle", model, DrafterOptions(draft_model=str(tmp_path / "missing")))
+
+
+def test_eagle_drafts_up_to_the_end_of_a_short_context_window(tiny_llama):
+    """The head's own cache holds the committed pairs plus every expanded node; near the end of
+    the context window the tree must shrink rather than overflow either cache."""
+    model = tiny_llama(13, vocab=V, layers=2, max_positions=32)
+    plain = generate(NativeLlama.from_hf(model), NoDrafter(), PROMPT * 3,
+                     GenerationConfig(16, SamplingParams()), None)
+    target = NativeLlama.from_hf(model)
+    result = generate(target, Eagle(target, random_head(model), topk=4, nodes=12), PROMPT * 3,
+                      GenerationConfig(16, SamplingParams()), DraftLength(6))
+    assert result.token_ids == plain.token_ids
+    assert len(PROMPT * 3) + len(result.token_ids) == 32 or result.finish_reason == "stop"

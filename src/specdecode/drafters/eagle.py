@@ -111,6 +111,7 @@ class Eagle(Drafter):
             self.pairs = committed
         last = self.last
         budget = min(self.nodes, self.max_length - n)  # the target must fit the whole tree
+        k = min(k, 1 + (self.max_length - committed) // self.topk)  # and the head its expansions
         if budget < 1:
             return EMPTY_DRAFT
         tokens, scores = self._children(last, self.topk)
