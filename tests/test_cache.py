@@ -181,3 +181,17 @@ def test_draft_model_cache_reuse_gives_same_greedy_draft_as_from_scratch(backend
         context += draft.tokens[:accepted].tolist() + [rng.randrange(V)]
         if step == 6:  # a new request with a different context, without reset
             context = [rng.randrange(V) for _ in range(4)]
+
+
+def test_compact_works_after_the_cache_grew_inside_inference_mode():
+    """A forward (in inference mode) that grows the cache reallocates it as inference tensors;
+    the engine compacts outside inference mode and must still be able to write."""
+    cache = StaticKVCache(1, 1, 2, capacity=2, max_capacity=16, dtype=torch.float32)
+    with torch.inference_mode():
+        cache.reserve(6)
+        for p in range(6):
+            cache.write(0, p, torch.full((1, 1, 2), float(p)), torch.full((1, 1, 2), float(p)))
+        cache.length = 6
+    cache.compact(2, [3, 5])
+    assert cache.length == 4
+    assert cache.keys[0, 0, :4, 0].tolist() == [0.0, 1.0, 3.0, 5.0]

@@ -66,8 +66,10 @@ class StaticKVCache:
         kept = base + len(positions)
         if list(positions) != list(range(base, kept)):  # a chain's prefix needs no copy
             index = torch.tensor(positions, dtype=torch.long)
-            self.keys[:, :, base:kept] = self.keys[:, :, index]  # advanced indexing copies first
-            self.values[:, :, base:kept] = self.values[:, :, index]
+            # the cache may have grown inside a forward's inference mode: write in it too
+            with torch.inference_mode():
+                self.keys[:, :, base:kept] = self.keys[:, :, index]  # indexing copies first
+                self.values[:, :, base:kept] = self.values[:, :, index]
         self.rollback(kept)
 
     def rollback(self, length: int) -> None:

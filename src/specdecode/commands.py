@@ -27,7 +27,7 @@ def drafter_options(args: argparse.Namespace) -> DrafterOptions:
         except ValueError:
             raise InvalidParameterError(f"--layers takes comma-separated integers, got {args.layers!r}")
     for name in ("tree_topk", "tree_nodes"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise InvalidParameterError(f"--{name.replace('_', '-')} must be >= 1")
     return DrafterOptions(args.draft_model, layers, ngram_max, args.ngram_min, args.tree_topk,
                           args.tree_nodes)

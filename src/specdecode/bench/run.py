@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ..drafters.learned import shipped_head_path
 from ..errors import InvalidParameterError
 from ..models import LoadedModel, load_model
 from ..pipeline import SpecDecoder
@@ -23,6 +24,9 @@ from .audit import greedy_audit
 from .records import Record, RecordStore
 from .report import format_report, summarize
 from .specbench import PEERS, group_of, load_questions, select, turns_of
+
+
+LEARNED = ("eagle", "medusa")  # drafters that need a trained head
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -44,10 +48,19 @@ def run_bench(args: argparse.Namespace) -> int:
     model = load_model(args.model, backend=args.backend, dtype=args.dtype)
     assistant = load_model(args.draft_model).hf_model if "hf-assisted" in methods else None
     options = drafter_options(args)
+    # learned heads: --draft-model names the head unless a draft model runs too (then the shipped
+    # head); a method without any head is left out, as `draft` without --draft-model
+    with_draft_model = {"draft", "hf-assisted"} & set(methods)
+    head_options = replace(options, draft_model=None) if with_draft_model else options
+    methods = [m for m in methods if m not in LEARNED or head_options.draft_model
+               or shipped_head_path(model.key, m).is_dir()]
     tuned = tuned_defaults(model)
     decoders, tuned_methods = {}, set()
     for m in methods:
         if m in PEERS:
+            continue
+        if m in LEARNED:
+            decoders[m] = SpecDecoder(model, m, head_options, args.k, args.adaptive, args.k_max)
             continue
         if args.k is None and args.ngram_max is None and tuned and tuned.method == m:
             # the tuned configuration of this method (see `specdecode tune`)

@@ -45,8 +45,8 @@ class DrafterOptions:
     layers: tuple[int, ...] | None = None  # `layerskip`: decoder layers the draft pass runs
     ngram_max: int = 5  # `lookup`: longest n-gram matched against the context
     ngram_min: int = 1  # `lookup`: shortest n-gram tried before giving up
-    tree_topk: int = 4  # `eagle`: children per expanded node
-    tree_nodes: int = 12  # `eagle`, `medusa`: nodes in the draft tree
+    tree_topk: int = 2  # `eagle`: children per expanded node
+    tree_nodes: int | None = None  # `eagle`, `medusa`: nodes in the draft tree (None: its default)
 
 
 class Drafter(ABC):
