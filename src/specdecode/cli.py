@@ -1,4 +1,4 @@
-"""Command line: `specdecode generate | bench | tune | search-layers | serve | export`.
+"""Command line: `specdecode generate | bench | tune | search-layers | serve | train | export`.
 
 User mistakes (`SpecDecodeError`) print one line on stderr and exit with code 2; so do argument
 errors. Anything else is a bug and keeps its traceback.
