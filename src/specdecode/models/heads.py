@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ModelLoadError
+from .llama import _rope_frequencies, _rotate, rope_tables as _tables
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
@@ -44,9 +45,7 @@ def layer_config(target_config) -> dict:
 
 def rope_tables(target_config, length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [length, d] of positions 0..length-1, exactly as the target's `NativeLlama`."""
-    from .llama import _rope_frequencies, rope_tables as tables
-
-    return tables(*_rope_frequencies(target_config), length)
+    return _tables(*_rope_frequencies(target_config), length)
 
 
 class _DecoderLayer(nn.Module):
@@ -89,23 +88,27 @@ class _DecoderLayer(nn.Module):
         return x + m["down_proj"](F.silu(m["gate_proj"](h)) * m["up_proj"](h))
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding, x·cos + rotate_half(x)·sin (the layout of HF Llama). x: [..., T, d]"""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+class _Head(nn.Module):
+    """What both kinds keep: their config (saved as config.json) and the draft vocabulary
+    ([V'] token ids; empty: the full vocabulary)."""
 
-
-class EagleHead(nn.Module):
-    kind = "eagle"
+    kind: str
 
     def __init__(self, cfg: dict) -> None:
         super().__init__()
         self.cfg = dict(cfg)
+        self.register_buffer("draft_vocab", torch.tensor(cfg.get("draft_vocab") or [], dtype=torch.long),
+                             persistent=False)
+
+
+class EagleHead(_Head):
+    kind = "eagle"
+
+    def __init__(self, cfg: dict) -> None:
+        super().__init__(cfg)
         H = cfg["hidden_size"]
         self.fc = nn.Linear(2 * H, H, bias=False)  # no bias: the layout vLLM's EAGLE-1 loads
         self.layers = nn.ModuleList([_DecoderLayer(cfg)])
-        self.register_buffer("draft_vocab", torch.tensor(cfg.get("draft_vocab") or [], dtype=torch.long),
-                             persistent=False)
 
     def forward(self, hidden: torch.Tensor, next_embeds: torch.Tensor, cos: torch.Tensor,
                 sin: torch.Tensor) -> torch.Tensor:
@@ -114,19 +117,16 @@ class EagleHead(nn.Module):
         return self.layers[0](self.fc(torch.cat([next_embeds, hidden], dim=-1)), cos, sin)
 
 
-class MedusaHeads(nn.Module):
+class MedusaHeads(_Head):
     kind = "medusa"
 
     def __init__(self, cfg: dict) -> None:
-        super().__init__()
-        self.cfg = dict(cfg)
+        super().__init__(cfg)
         H = cfg["hidden_size"]
         self.heads = nn.ModuleList([nn.Linear(H, H) for _ in range(cfg["num_heads"])])
         for head in self.heads:  # start as the identity residual: head k first predicts x_{t+1}
             nn.init.zeros_(head.weight)
             nn.init.zeros_(head.bias)
-        self.register_buffer("draft_vocab", torch.tensor(cfg.get("draft_vocab") or [], dtype=torch.long),
-                             persistent=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden h_t: [..., H] -> per-head features h_t + SiLU(W_k h_t + b_k): [K, ..., H]"""
