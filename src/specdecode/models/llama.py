@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
+from .. import kernels
 from ..cache import StaticKVCache
 from ..tree import TokenTree
 
@@ -46,7 +47,8 @@ class _Layer:
     post_norm: torch.Tensor  # [H]
     gate_up: torch.Tensor  # [2 I, H]
     down: torch.Tensor  # [H, I]
-    down_blocks: tuple[torch.Tensor, ...]  # the same cut along I into [H, <= 512] (a copy)
+    # the same cut along I into [H, <= 512] (a copy), for torch's matmul; () with the C kernel
+    down_blocks: tuple[torch.Tensor, ...]
 
 
 class NativeLlama:
@@ -82,6 +84,7 @@ class NativeLlama:
             self.lm_head = self.embed
         self.vocab_size = self.lm_head.shape[0]
         self.layers = []
+        blocks = dtype != torch.float32 or not kernels.enabled()
         for i in range(self.num_layers):
             attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
             qkv = [f"{attn}{p}_proj" for p in "qkv"]
@@ -99,7 +102,7 @@ class NativeLlama:
                     post_norm=get(f"model.layers.{i}.post_attention_layernorm.weight"),
                     gate_up=torch.cat([get(f"{mlp}gate_proj.weight"), get(f"{mlp}up_proj.weight")]),
                     down=down,
-                    down_blocks=_split_columns(down),
+                    down_blocks=_split_columns(down) if blocks else (),
                 )
             )
         self._inv_freq, self._rope_scale = _rope_frequencies(config)
@@ -186,7 +189,8 @@ class NativeLlama:
             h = _rms_norm(x, w.post_norm, self.eps)
             gate, up = _linear(h, w.gate_up).chunk(2, dim=-1)
             a = F.silu(gate) * up
-            x = x + (_linear(a, w.down) if T <= 2 else _linear_blocks(a, w.down_blocks))
+            blocks = w.down_blocks and T > 2 and not kernels.available(a, w.down)
+            x = x + (_linear_blocks(a, w.down_blocks) if blocks else _linear(a, w.down))
         self.cache.length = end
         return x if self.norm is None else _rms_norm(x, self.norm, self.eps)
 
@@ -214,14 +218,18 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
 def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ w.T for x: [T, in], w: [out, in] -> [T, out].
 
-    Measured on AVX-512 CPUs with torch's MKL kernels: `F.linear` on few rows takes a GEMV-like
-    path that reaches about half the memory bandwidth, while `w @ x.T` with at least two columns
-    takes a GEMM path at the bandwidth floor (SmolLM2-135M fp32 step: 51 ms -> 23 ms). A single
-    row is therefore duplicated; the wasted column costs nothing measurable.
+    Steps over 1..16 rows take the C kernel where it runs (`kernels`: one pass over the weights
+    for all rows, and batch-invariant). Otherwise torch's, measured on AVX-512 CPUs with MKL:
+    `F.linear` on few rows takes a GEMV-like path that reaches about half the memory bandwidth,
+    while `w @ x.T` with at least two columns takes a GEMM path at the bandwidth floor
+    (SmolLM2-135M fp32 step: 51 ms -> 23 ms), so a single row is duplicated.
     """
-    T = x.shape[0]
-    columns = torch.cat([x, x]).t() if T == 1 else x.t()  # [in, max(T, 2)]
-    y = (w @ columns)[:, :T].t().contiguous()
+    if kernels.available(x, w):
+        y = kernels.skinny_linear(x, w)
+    else:
+        T = x.shape[0]
+        columns = torch.cat([x, x]).t() if T == 1 else x.t()  # [in, max(T, 2)]
+        y = (w @ columns)[:, :T].t().contiguous()
     return y if bias is None else y + bias
 
 
