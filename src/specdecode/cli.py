@@ -100,10 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(b)
     b.add_argument("--limit", type=int, default=3, help="prompts per task group (default 3)")
     b.add_argument("--methods",
-                   default="ar,lookup,layerskip,eagle,medusa,draft,hf,hf-lookup,hf-assisted",
+                   default="ar,lookup,layerskip,eagle,medusa,draft,hf,hf-lookup,hf-assisted,"
+                           "llamacpp",
                    help="comma-separated; draft and hf-assisted run only with --draft-model, "
                         "eagle and medusa only with a trained head (shipped for the model, or "
-                        "--draft-model) (default: all)")
+                        "--draft-model), llamacpp only for a GGUF model with llama-cpp-python "
+                        "installed (pip install 'specdecode[peers]') (default: all)")
     _add_drafter_args(b)
     b.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
     b.add_argument("--temperature", type=float, default=0.0,

@@ -8,7 +8,7 @@ import torch
 
 from ..models import LoadedModel
 from .records import Record
-from .specbench import PEERS
+from .specbench import PEERS, UNAUDITED
 
 TIE_MARGIN = 1e-4  # a mismatch is explained only when the top-2 logits are closer than this
 
@@ -43,7 +43,7 @@ def greedy_audit(model: LoadedModel, records: list[Record],
     found = []
     for (qid, turn, method), r in sorted(first.items()):
         reference = first.get((qid, turn, "ar"))
-        if method == "ar" or reference is None or (qid, turn) not in prompts:
+        if method in ("ar", *UNAUDITED) or reference is None or (qid, turn) not in prompts:
             continue
         position = first_difference(r.token_ids, reference.token_ids)
         if position is None:

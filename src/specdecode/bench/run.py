@@ -1,6 +1,7 @@
 """`specdecode bench`: Spec-Bench prompts through our methods and the peers (transformers
-`generate()` on the same weights: plain, prompt lookup, assisted by a draft model), interleaved
-prompt by prompt, repeated (median), written as records, a Markdown report, JSON and plots."""
+`generate()` on the same weights: plain, prompt lookup, assisted by a draft model; llama.cpp on the
+model's GGUF file when installed), interleaved prompt by prompt, repeated (median), written as
+records, a Markdown report, JSON and plots."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import platform
 import resource
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,8 +20,10 @@ import torch
 from ..drafters.learned import shipped_head_path
 from ..errors import InvalidParameterError
 from ..models import LoadedModel, load_model
+from ..models.loader import gguf_file
 from ..pipeline import SpecDecoder
 from ..tune import tuned_defaults
+from . import llamacpp
 from .audit import greedy_audit
 from .records import Record, RecordStore
 from .report import format_report, summarize
@@ -54,6 +58,13 @@ def run_bench(args: argparse.Namespace) -> int:
     head_options = replace(options, draft_model=None) if with_draft_model else options
     methods = [m for m in methods if m not in LEARNED or head_options.draft_model
                or shipped_head_path(model.key, m).is_dir()]
+    if "llamacpp" in methods and not (llamacpp.installed() and gguf_file(args.model)):
+        methods.remove("llamacpp")
+        why = ("the model has no GGUF file" if llamacpp.installed()
+               else "llama-cpp-python is not installed: pip install 'specdecode[peers]'")
+        print(f"bench: leaving out llamacpp ({why})", file=sys.stderr)
+    peer = (llamacpp.LlamaCppPeer(gguf_file(args.model), torch.get_num_threads(),
+                                  model.context_length) if "llamacpp" in methods else None)
     tuned = tuned_defaults(model)
     decoders, tuned_methods = {}, set()
     for m in methods:
@@ -106,6 +117,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
     def run(label: str, ids: list[int], max_new: int, repeat: int) -> dict:
         method, k = labels[label]
+        if method == "llamacpp":
+            out_ids, seconds = peer.generate(ids, max_new, args.temperature, repeat,
+                                             model.eos_token_ids)
+            return dict(new_tokens=len(out_ids), seconds=seconds, token_ids=out_ids)
         if method in PEERS:
             out_ids, seconds = _hf_generate(model, ids, max_new, args.temperature, repeat,
                                             lookup=args.hf_lookup_tokens if method == "hf-lookup"
@@ -185,6 +200,11 @@ def _describe(label: str, labels: dict, decoders: dict, args, tuned_methods: set
         return f"transformers generate(assistant_model={args.draft_model})"
     if method == "hf":
         return "transformers generate()"
+    if method == "llamacpp":
+        from importlib.metadata import version
+
+        return (f"llama.cpp (llama-cpp-python {version('llama-cpp-python')}) on "
+                f"{gguf_file(args.model).name}: its quantized kernels, not in the equality audit")
     tuned = " (tuned profile)" if method in tuned_methods else ""
     return decoders[method].drafter.describe() + (f", k={k}" if k else "") + tuned
 

