@@ -435,3 +435,15 @@ def test_invalid_generation_and_draft_length_parameters_raise():
         DraftLength(0)
     with pytest.raises(InvalidParameterError):
         DraftLength(3, adaptive=True, k_min=5, k_max=2)
+
+
+@pytest.mark.parametrize("name", ["mixed", "lookup", "draft", "layerskip"])
+def test_greedy_speculative_output_equals_plain_decoding_with_bf16_weights(
+    name, target_model, draft_model
+):
+    plain_bf16 = generate(NativeLlama.from_hf(target_model, torch.bfloat16), NoDrafter(), PROMPT,
+                          greedy(), None).token_ids
+    target = NativeLlama.from_hf(target_model, torch.bfloat16)
+    drafter = make_drafter(name, target, PROMPT + plain_bf16, draft_model, target_model)
+    result = generate(target, drafter, PROMPT, greedy(), DraftLength(4))
+    assert result.token_ids == plain_bf16

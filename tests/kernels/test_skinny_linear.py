@@ -10,30 +10,41 @@ from specdecode import kernels
 needs_kernel = pytest.mark.skipif(not kernels.enabled(), reason="no AVX-512 CPU or C compiler")
 
 
+DTYPES = [torch.float32, pytest.param(torch.bfloat16, marks=pytest.mark.skipif(
+    not kernels.enabled(torch.bfloat16), reason="no AVX512-BF16"))]
+
+
 @needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", range(1, kernels.MAX_ROWS + 1))
 @pytest.mark.parametrize("inner", [16, 40, 576])  # 40: a row tail that is not a multiple of 16
-def test_skinny_linear_equals_matmul_for_every_row_count(rows, inner):
+def test_skinny_linear_equals_matmul_for_every_row_count(rows, inner, dtype):
     gen = torch.Generator().manual_seed(rows * inner)
-    x, w = torch.randn(rows, inner, generator=gen), torch.randn(37, inner, generator=gen)
+    x, w = torch.randn(rows, inner, generator=gen), torch.randn(37, inner, generator=gen).to(dtype)
     assert kernels.available(x, w)
-    torch.testing.assert_close(kernels.skinny_linear(x, w), x @ w.T, rtol=1e-5, atol=1e-4)
+    y = kernels.skinny_linear(x, w)
+    assert y.dtype == torch.float32
+    # bf16 weights: x is rounded to bf16 too, then the products are exact and summed in fp32
+    torch.testing.assert_close(y, x.to(dtype).float() @ w.float().T, rtol=1e-5, atol=1e-4)
 
 
 @needs_kernel
-def test_a_rows_result_is_bitwise_the_same_whatever_rows_share_the_call():
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_rows_result_is_bitwise_the_same_whatever_rows_share_the_call(dtype):
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(kernels.MAX_ROWS, 576, generator=gen), torch.randn(300, 576, generator=gen)
+    w = w.to(dtype)
     together = kernels.skinny_linear(x, w)
     for t in range(kernels.MAX_ROWS):
         assert torch.equal(kernels.skinny_linear(x[t : t + 1], w)[0], together[t])
         assert torch.equal(kernels.skinny_linear(x[: t + 1], w), together[: t + 1])
 
 
-def test_not_available_beyond_its_row_count_dtype_or_layout():
+def test_not_available_beyond_its_row_count_dtypes_or_layout():
     w = torch.randn(8, 32)
     assert not kernels.available(torch.randn(kernels.MAX_ROWS + 1, 32), w)
-    assert not kernels.available(torch.randn(2, 32).bfloat16(), w.bfloat16())
+    assert not kernels.available(torch.randn(2, 32), w.half())
+    assert not kernels.available(torch.randn(2, 32).bfloat16(), w.bfloat16())  # inputs are fp32
     assert not kernels.available(torch.randn(32, 2).t(), w)  # not contiguous
 
 

@@ -244,3 +244,17 @@ def test_transformers_backend_refuses_trees_with_a_clear_error(tiny_llama):
     target = HFTarget(tiny_llama(0, vocab=V))
     with pytest.raises(NotImplementedError, match="chains only"):
         target.hidden(torch.cat([torch.tensor([1]), TREE.tokens]), TREE)
+
+
+def test_bf16_weights_keep_activations_fp32_and_logits_close_to_fp32(tiny_llama):
+    model = tiny_llama(5, vocab=V, layers=2)
+    ids = tokens(24, 5)
+    native = NativeLlama.from_hf(model, torch.bfloat16)
+    assert native.layers[0].qkv.dtype == torch.bfloat16 and native.cache.keys.dtype == torch.float32
+    native.prefill(ids[:20])
+    steps = torch.cat([native.forward(ids[i : i + 1]) for i in range(20, 24)])
+    assert steps.dtype == torch.float32
+    reference = hf_logits(model, ids)[20:]
+    # weights and step inputs rounded to bf16 (2^-9 relative): far from fp32's 1e-4, but close
+    assert (steps - reference).abs().max() < 0.02 * reference.abs().max()
+    assert (steps - reference).abs().max() > ATOL  # it does run in bf16

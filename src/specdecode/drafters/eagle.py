@@ -47,7 +47,7 @@ def native_head_layer(head: EagleHead, target: NativeLlama) -> NativeLlama:
         if name == "post_attention_layernorm":
             name += ".weight"
         weights[f"model.layers.0.{name}"] = tensor
-    return NativeLlama(config, weights, target.embed.dtype)
+    return NativeLlama(config, weights, target.dtype)
 
 
 @register("eagle")
@@ -56,15 +56,13 @@ class Eagle(Drafter):
 
     def __init__(self, target: NativeLlama, head: EagleHead, topk: int = 2, nodes: int = 3,
                  label: str = "eagle head") -> None:
-        dtype = target.embed.dtype
         self.target = target  # read-only: its embedding and LM head; features come by observe
-        self.embed = target.embed  # [V, H]
-        self.fc_weight = head.fc.weight.detach().to(dtype)  # [H, 2H]
+        self.fc_weight = head.fc.weight.detach().to(target.dtype)  # [H, 2H]
         self.layer = native_head_layer(head, target)
         self.draft_vocab = head.draft_vocab
         self.max_length = target.max_length
         self.topk, self.nodes, self.label = topk, nodes, label
-        self.features = torch.empty(1024, self.embed.shape[1], dtype=dtype)  # [capacity, H]
+        self.features = torch.empty(1024, target.embed.shape[1])  # [capacity, H]
         self.num_features = 0  # target features seen: one per position in the target's cache
         self.pairs = 0  # pairs the head's cache holds (its later entries are last step's draft)
         self.last: torch.Tensor | None = None  # [1, H]: ĥ of the newest pair, the tree's root
@@ -96,7 +94,7 @@ class Eagle(Drafter):
     def _head(self, features: torch.Tensor, tokens: torch.Tensor, positions=None, mask=None):
         """ĥ = Layer(W_fc [e(tokens); features]) for rows of pairs: [T, H], [T] -> [T, H],
         appended to the head's cache."""
-        fused = _linear(torch.cat([self.embed[tokens], features], dim=-1), self.fc_weight)
+        fused = _linear(torch.cat([self.target.embedding(tokens), features], dim=-1), self.fc_weight)
         return self.layer.run_layers(fused, positions, mask)
 
     def _children(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

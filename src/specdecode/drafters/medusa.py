@@ -37,8 +37,8 @@ class Medusa(Drafter):
 
     def __init__(self, target: NativeLlama, heads: MedusaHeads, nodes: int = 3,
                  label: str = "medusa heads") -> None:
-        dtype = target.embed.dtype
-        self.weights = [(h.weight.detach().to(dtype), h.bias.detach().to(dtype)) for h in heads.heads]
+        self.weights = [(h.weight.detach().to(target.dtype), h.bias.detach().float())
+                        for h in heads.heads]
         self.lm_head = draft_lm_head(target.lm_head, heads.draft_vocab)  # [V', H]
         self.draft_vocab = heads.draft_vocab
         self.max_length = target.max_length

@@ -1,4 +1,5 @@
-"""A C kernel for the matrix products of a decoding step: y = x @ w.T with 1..16 rows of x (fp32).
+"""A C kernel for the matrix products of a decoding step: y = x @ w.T with 1..16 rows of x (fp32),
+weights in fp32 or (on CPUs with AVX512-BF16) bf16.
 
 Why not torch's: on this project's machine (2 AVX-512 cores) MKL's fp32 GEMM reads the weights at
 the bandwidth floor only for 1-2 rows; with 3-16 rows it takes a compute-bound path (one SmolLM2
@@ -9,8 +10,8 @@ token's logits are bitwise the same in plain decoding and in a verification step
 
 The source is compiled on first use with the system C compiler (`-march=native`, OpenMP) into the
 cache directory, keyed by the source, compiler and CPU flags. Without a compiler, an AVX-512 CPU
-or fp32 CPU tensors, callers fall back to torch (`available` says which); `SPECDECODE_KERNELS=0`
-forces the fallback.
+or CPU tensors of the dtypes it has, callers fall back to torch (`available` says which);
+`SPECDECODE_KERNELS=0` forces the fallback.
 """
 
 from __future__ import annotations
@@ -72,34 +73,50 @@ def _library() -> ctypes.CDLL | None:
             return None
         os.replace(partial, path)
     library = ctypes.CDLL(str(path))
-    library.skinny_linear.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
-    library.skinny_linear.restype = ctypes.c_int
+    for function in (library.skinny_linear_f32, library.skinny_linear_bf16):
+        function.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+        function.restype = ctypes.c_int
     return library
 
 
-def enabled() -> bool:
-    """True when the kernel is built and loaded (on this CPU, with this compiler)."""
-    return _library() is not None
+@functools.cache
+def _functions() -> dict[torch.dtype, ctypes._CFuncPtr]:
+    """The kernel per dtype it can run on this CPU."""
+    library = _library()
+    if library is None:
+        return {}
+    found = {torch.float32: library.skinny_linear_f32}
+    if library.has_bf16():
+        found[torch.bfloat16] = library.skinny_linear_bf16
+    return found
+
+
+def enabled(dtype: torch.dtype = torch.float32) -> bool:
+    """True when the kernel for weights of `dtype` is built and loaded (on this CPU, with this
+    compiler)."""
+    return dtype in _functions()
 
 
 def available(x: torch.Tensor, w: torch.Tensor) -> bool:
-    """True when `skinny_linear(x, w)` runs the kernel: fp32 contiguous CPU tensors, 1..16 rows."""
+    """True when `skinny_linear(x, w)` runs the kernel: contiguous CPU tensors, x fp32 with 1..16
+    rows, w of a dtype it has (fp32; bf16 on CPUs with AVX512-BF16)."""
     return (
         1 <= x.shape[0] <= MAX_ROWS
-        and x.dtype == w.dtype == torch.float32
+        and x.dtype == torch.float32
         and x.device.type == w.device.type == "cpu"
         and x.is_contiguous() and w.is_contiguous()
-        and _library() is not None
+        and w.dtype in _functions()
     )
 
 
 def skinny_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x: [T, I], w: [O, I] -> x @ w.T [T, O]; call only where `available(x, w)`."""
+    """x: [T, I] fp32, w: [O, I] -> x @ w.T [T, O] fp32 (bf16 weights: x rounded to bf16, the
+    products summed in fp32); call only where `available(x, w)`."""
     T, I = x.shape
     O = w.shape[0]
     assert w.shape[1] == I, (x.shape, w.shape)
     y = torch.empty(T, O, dtype=torch.float32)
-    status = _library().skinny_linear(x.data_ptr(), w.data_ptr(), y.data_ptr(), T, I, O,
-                                      torch.get_num_threads())
+    status = _functions()[w.dtype](x.data_ptr(), w.data_ptr(), y.data_ptr(), T, I, O,
+                                   torch.get_num_threads())
     assert status == 0, status
     return y

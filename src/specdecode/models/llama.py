@@ -70,36 +70,42 @@ class NativeLlama:
         self.max_length = config.max_position_embeddings
         self.num_layers = config.num_hidden_layers
 
-        def get(name: str) -> torch.Tensor:
+        # matrices in `dtype`; norm weights, biases, activations and the KV cache in fp32 (a bf16
+        # step spends its time reading weights; fp32 elsewhere costs nothing measurable and keeps
+        # torch's fast fp32 attention)
+        self.dtype = dtype
+
+        def get(name: str, dtype: torch.dtype = dtype) -> torch.Tensor:
             return weights[name].detach().to(dtype)
 
-        def optional(name: str) -> torch.Tensor | None:
-            return get(name) if name in weights else None
+        def optional(name: str, dtype: torch.dtype = dtype) -> torch.Tensor | None:
+            return get(name, dtype) if name in weights else None
 
+        f32 = torch.float32
         self.embed = get("model.embed_tokens.weight")  # [V, H]
-        self.norm = optional("model.norm.weight")  # None: no final norm (an EAGLE head's layer)
+        self.norm = optional("model.norm.weight", f32)  # None: no final norm (an EAGLE head's layer)
         # tied embeddings are saved once, under the input embedding's name
         self.lm_head = optional("lm_head.weight")  # [V, H]
         if self.lm_head is None:
             self.lm_head = self.embed
         self.vocab_size = self.lm_head.shape[0]
         self.layers = []
-        blocks = dtype != torch.float32 or not kernels.enabled()
+        blocks = not kernels.enabled(dtype)
         for i in range(self.num_layers):
             attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
             qkv = [f"{attn}{p}_proj" for p in "qkv"]
             bias = None
             if f"{qkv[0]}.bias" in weights:  # Qwen2
-                bias = torch.cat([get(f"{p}.bias") for p in qkv])
+                bias = torch.cat([get(f"{p}.bias", f32) for p in qkv])
             down = get(f"{mlp}down_proj.weight")
             self.layers.append(
                 _Layer(
-                    input_norm=optional(f"model.layers.{i}.input_layernorm.weight"),
+                    input_norm=optional(f"model.layers.{i}.input_layernorm.weight", f32),
                     qkv=torch.cat([get(f"{p}.weight") for p in qkv]),
                     qkv_bias=bias,
                     out=get(f"{attn}o_proj.weight"),
-                    out_bias=optional(f"{attn}o_proj.bias"),  # Llama with attention_bias=True
-                    post_norm=get(f"model.layers.{i}.post_attention_layernorm.weight"),
+                    out_bias=optional(f"{attn}o_proj.bias", f32),  # Llama with attention_bias=True
+                    post_norm=get(f"model.layers.{i}.post_attention_layernorm.weight", f32),
                     gate_up=torch.cat([get(f"{mlp}gate_proj.weight"), get(f"{mlp}up_proj.weight")]),
                     down=down,
                     down_blocks=_split_columns(down) if blocks else (),
@@ -107,7 +113,7 @@ class NativeLlama:
             )
         self._inv_freq, self._rope_scale = _rope_frequencies(config)
         self.cache = StaticKVCache(
-            self.num_layers, self.num_kv_heads, self.head_dim, 1024, self.max_length, dtype
+            self.num_layers, self.num_kv_heads, self.head_dim, 1024, self.max_length, f32
         )
         self._rope_cache(self.cache.capacity)
 
@@ -128,12 +134,11 @@ class NativeLlama:
         self.cache.rollback(length)
 
     def _rope_cache(self, capacity: int) -> None:
-        cos, sin = rope_tables(self._inv_freq, self._rope_scale, capacity)
-        self._cos, self._sin = cos.to(self.embed.dtype), sin.to(self.embed.dtype)
+        self._cos, self._sin = rope_tables(self._inv_freq, self._rope_scale, capacity)
 
     def forward(self, tokens: torch.Tensor, layers: Sequence[int] | None = None) -> torch.Tensor:
         """tokens: [T] int64 -> logits [T, V]; appends T positions to the cache."""
-        return self.logits(self.run_layers(self.embed[tokens], layers=layers))
+        return self.logits(self.run_layers(self.embedding(tokens), layers=layers))
 
     def hidden(self, tokens: torch.Tensor, tree: TokenTree | None = None) -> torch.Tensor:
         """tokens: [T] int64 -> final-normed hidden states [T, H]; appends T positions to the cache.
@@ -141,20 +146,24 @@ class NativeLlama:
         With a tree, tokens are its rows [root, nodes] (T = N + 1) and each row attends to the
         cache and its own ancestors only, at position start + depth (`tree.TokenTree`)."""
         if tree is None or tree.is_chain:
-            return self.run_layers(self.embed[tokens])
+            return self.run_layers(self.embedding(tokens))
         assert tokens.shape[0] == len(tree) + 1, (tokens.shape, len(tree))
         positions, mask = tree.attention(self.cache.length)
-        return self.run_layers(self.embed[tokens], positions, mask)
+        return self.run_layers(self.embedding(tokens), positions, mask)
+
+    def embedding(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens: [T] int64 -> their input vectors [T, H] (fp32)."""
+        return self.embed[tokens].float()
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [T, H] -> logits [T, V] (float32)."""
-        return _linear(hidden, self.lm_head).float()
+        return _linear(hidden, self.lm_head)
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         """Append tokens without the LM head (20% of a long prompt's prefill on SmolLM2); returns
         their hidden states [T, H]."""
-        return self.run_layers(self.embed[tokens])
+        return self.run_layers(self.embedding(tokens))
 
     def compact(self, base: int, positions: Sequence[int]) -> None:
         """Keep the cached entries at `positions` (ascending, all >= base), moved to base, base + 1,
@@ -216,7 +225,7 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ w.T for x: [T, in], w: [out, in] -> [T, out].
+    """x @ w.T for x: [T, in] fp32, w: [out, in] (fp32 or bf16) -> [T, out] fp32.
 
     Steps over 1..16 rows take the C kernel where it runs (`kernels`: one pass over the weights
     for all rows, and batch-invariant). Otherwise torch's, measured on AVX-512 CPUs with MKL:
@@ -228,8 +237,8 @@ def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) 
         y = kernels.skinny_linear(x, w)
     else:
         T = x.shape[0]
-        columns = torch.cat([x, x]).t() if T == 1 else x.t()  # [in, max(T, 2)]
-        y = (w @ columns)[:, :T].t().contiguous()
+        columns = (torch.cat([x, x]).t() if T == 1 else x.t()).to(w.dtype)  # [in, max(T, 2)]
+        y = (w @ columns)[:, :T].t().float().contiguous()
     return y if bias is None else y + bias
 
 
