@@ -255,6 +255,6 @@ def test_bf16_weights_keep_activations_fp32_and_logits_close_to_fp32(tiny_llama)
     steps = torch.cat([native.forward(ids[i : i + 1]) for i in range(20, 24)])
     assert steps.dtype == torch.float32
     reference = hf_logits(model, ids)[20:]
-    # weights and step inputs rounded to bf16 (2^-9 relative): far from fp32's 1e-4, but close
+    # weights rounded to bf16 (2^-9 relative): far from fp32's 1e-4, but close
     assert (steps - reference).abs().max() < 0.02 * reference.abs().max()
     assert (steps - reference).abs().max() > ATOL  # it does run in bf16

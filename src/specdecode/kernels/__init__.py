@@ -1,5 +1,6 @@
 """A C kernel for the matrix products of a decoding step: y = x @ w.T with 1..16 rows of x (fp32),
-weights in fp32 or (on CPUs with AVX512-BF16) bf16.
+weights in fp32 or bf16 (widened to fp32 in registers: bf16 halves the bytes a step reads, and
+the arithmetic stays fp32).
 
 Why not torch's: on this project's machine (2 AVX-512 cores) MKL's fp32 GEMM reads the weights at
 the bandwidth floor only for 1-2 rows; with 3-16 rows it takes a compute-bound path (one SmolLM2
@@ -81,25 +82,22 @@ def _library() -> ctypes.CDLL | None:
 
 @functools.cache
 def _functions() -> dict[torch.dtype, ctypes._CFuncPtr]:
-    """The kernel per dtype it can run on this CPU."""
+    """The kernel per weight dtype."""
     library = _library()
     if library is None:
         return {}
-    found = {torch.float32: library.skinny_linear_f32}
-    if library.has_bf16():
-        found[torch.bfloat16] = library.skinny_linear_bf16
-    return found
+    return {torch.float32: library.skinny_linear_f32, torch.bfloat16: library.skinny_linear_bf16}
 
 
 def enabled(dtype: torch.dtype = torch.float32) -> bool:
-    """True when the kernel for weights of `dtype` is built and loaded (on this CPU, with this
-    compiler)."""
+    """True when the kernel for weights of `dtype` (fp32, bf16) is built and loaded (on this CPU,
+    with this compiler)."""
     return dtype in _functions()
 
 
 def available(x: torch.Tensor, w: torch.Tensor) -> bool:
     """True when `skinny_linear(x, w)` runs the kernel: contiguous CPU tensors, x fp32 with 1..16
-    rows, w of a dtype it has (fp32; bf16 on CPUs with AVX512-BF16)."""
+    rows, w fp32 or bf16."""
     return (
         1 <= x.shape[0] <= MAX_ROWS
         and x.dtype == torch.float32
@@ -110,8 +108,8 @@ def available(x: torch.Tensor, w: torch.Tensor) -> bool:
 
 
 def skinny_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x: [T, I] fp32, w: [O, I] -> x @ w.T [T, O] fp32 (bf16 weights: x rounded to bf16, the
-    products summed in fp32); call only where `available(x, w)`."""
+    """x: [T, I] fp32, w: [O, I] fp32 or bf16 -> x @ w.T [T, O] fp32; call only where
+    `available(x, w)`."""
     T, I = x.shape
     O = w.shape[0]
     assert w.shape[1] == I, (x.shape, w.shape)

@@ -70,9 +70,10 @@ class NativeLlama:
         self.max_length = config.max_position_embeddings
         self.num_layers = config.num_hidden_layers
 
-        # matrices in `dtype`; norm weights, biases, activations and the KV cache in fp32 (a bf16
-        # step spends its time reading weights; fp32 elsewhere costs nothing measurable and keeps
-        # torch's fast fp32 attention)
+        # matrices in `dtype`; norm weights, biases, activations, the KV cache and all arithmetic
+        # in fp32: a bf16 step saves its time in reading weights, and fp32 activations keep the
+        # tiny differences between a 1-token and a K-token step (torch's attention is not
+        # batch-invariant) from being rounded up into different greedy tokens
         self.dtype = dtype
 
         def get(name: str, dtype: torch.dtype = dtype) -> torch.Tensor:
@@ -237,8 +238,11 @@ def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) 
         y = kernels.skinny_linear(x, w)
     else:
         T = x.shape[0]
-        columns = (torch.cat([x, x]).t() if T == 1 else x.t()).to(w.dtype)  # [in, max(T, 2)]
-        y = (w @ columns)[:, :T].t().float().contiguous()
+        columns = torch.cat([x, x]).t() if T == 1 else x.t()  # [in, max(T, 2)]
+        # bf16 weights widened here too: every product of the model is fp32 arithmetic, whichever
+        # path and however many rows (a bf16 GEMM rounds activations, and a difference there
+        # grows into different greedy tokens between a prefill-sized and a step-sized call)
+        y = (w.float() @ columns)[:, :T].t().contiguous()
     return y if bias is None else y + bias
 
 
