@@ -101,11 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--limit", type=int, default=3, help="prompts per task group (default 3)")
     b.add_argument("--methods",
                    default="ar,lookup,layerskip,eagle,medusa,draft,hf,hf-lookup,hf-assisted,"
-                           "llamacpp",
+                           "llamacpp,llamacpp-lookup",
                    help="comma-separated; draft and hf-assisted run only with --draft-model, "
                         "eagle and medusa only with a trained head (shipped for the model, or "
-                        "--draft-model), llamacpp only for a GGUF model with llama-cpp-python "
-                        "installed (pip install 'specdecode[peers]') (default: all)")
+                        "--draft-model), llamacpp and llamacpp-lookup only for a GGUF model with "
+                        "llama-cpp-python installed (pip install 'specdecode[peers]') "
+                        "(default: all)")
     _add_drafter_args(b)
     b.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
     b.add_argument("--temperature", type=float, default=0.0,
@@ -116,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every drafting method at each of these draft lengths (for the "
                         "speed-up and τ against K plot), e.g. 1,2,4,6,8,12")
     b.add_argument("--hf-lookup-tokens", type=int, default=10,
-                   help="transformers prompt_lookup_num_tokens (default 10)")
+                   help="draft length of the peers' prompt lookup: transformers "
+                        "prompt_lookup_num_tokens, llama.cpp num_pred_tokens (default 10)")
     b.add_argument("--out", default="bench-out",
                    help="directory for bench.md, bench.json, records.jsonl and the plots "
                         "(default bench-out)")

@@ -1,4 +1,4 @@
-"""The llama.cpp peer: left out with a note where it cannot run, reproducible where it can."""
+"""The llama.cpp peers: left out with a note where they cannot run, reproducible where they can."""
 
 import json
 
@@ -24,9 +24,11 @@ def test_bench_leaves_llamacpp_out_with_a_note_for_a_model_without_gguf(
 
 @pytest.mark.skipif(not llamacpp.installed(), reason="llama-cpp-python not installed (peers extra)")
 @pytest.mark.real_model
-def test_llamacpp_greedy_is_reproducible_stops_at_max_new_and_drops_eos(default_model):
+@pytest.mark.parametrize("lookup_tokens", [None, 10], ids=["plain", "lookup"])
+def test_llamacpp_greedy_is_reproducible_stops_at_max_new_and_drops_eos(default_model,
+                                                                        lookup_tokens):
     real_model = default_model
-    peer = llamacpp.LlamaCppPeer(gguf_file("smollm2-135m"), 2, 1024)
+    peer = llamacpp.LlamaCppPeer(gguf_file("smollm2-135m"), 2, 1024, lookup_tokens)
     ids = real_model.encode_prompt("Name three colours.")
     first, seconds = peer.generate(ids, 24, 0.0, 0, real_model.eos_token_ids)
     again, _ = peer.generate(ids, 24, 0.0, 1, real_model.eos_token_ids)

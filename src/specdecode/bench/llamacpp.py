@@ -1,5 +1,6 @@
-"""The llama.cpp peer: the model's own GGUF file through llama-cpp-python (`pip install
-'specdecode[peers]'`), timed like our methods (prompt prefill + decoding, no model loading).
+"""The llama.cpp peers: the model's own GGUF file through llama-cpp-python (`pip install
+'specdecode[peers]'`), plain and with llama-cpp-python's prompt-lookup drafter, timed like our
+methods (prompt prefill + decoding, no model loading).
 
 llama.cpp computes with the file's quantized weights and 8-bit activations, so its greedy output
 is close to, but not token-identical with, the dequantized fp32 target: the benchmark reports its
@@ -18,11 +19,15 @@ def installed() -> bool:
 
 
 class LlamaCppPeer:
-    def __init__(self, gguf: Path, threads: int, context_length: int) -> None:
+    def __init__(self, gguf: Path, threads: int, context_length: int,
+                 lookup_tokens: int | None = None) -> None:
+        """lookup_tokens: draft that many tokens with `LlamaPromptLookupDecoding` (None: plain)."""
         from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+        draft = LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens) if lookup_tokens else None
         self.llm = Llama(model_path=str(gguf), n_ctx=context_length, n_threads=threads,
-                         n_threads_batch=threads, verbose=False)
+                         n_threads_batch=threads, draft_model=draft, verbose=False)
 
     def generate(self, ids: list[int], max_new: int, temperature: float, seed: int,
                  eos_token_ids: frozenset[int]) -> tuple[list[int], float]:

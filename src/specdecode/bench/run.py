@@ -27,7 +27,7 @@ from . import llamacpp
 from .audit import greedy_audit
 from .records import Record, RecordStore
 from .report import format_report, summarize
-from .specbench import PEERS, group_of, load_questions, select, turns_of
+from .specbench import PEERS, UNAUDITED, group_of, load_questions, select, turns_of
 
 
 LEARNED = ("eagle", "medusa")  # drafters that need a trained head
@@ -58,13 +58,16 @@ def run_bench(args: argparse.Namespace) -> int:
     head_options = replace(options, draft_model=None) if with_draft_model else options
     methods = [m for m in methods if m not in LEARNED or head_options.draft_model
                or shipped_head_path(model.key, m).is_dir()]
-    if "llamacpp" in methods and not (llamacpp.installed() and gguf_file(args.model)):
-        methods.remove("llamacpp")
+    wanted = [m for m in methods if m in UNAUDITED]
+    if wanted and not (llamacpp.installed() and gguf_file(args.model)):
+        methods = [m for m in methods if m not in UNAUDITED]
         why = ("the model has no GGUF file" if llamacpp.installed()
                else "llama-cpp-python is not installed: pip install 'specdecode[peers]'")
-        print(f"bench: leaving out llamacpp ({why})", file=sys.stderr)
-    peer = (llamacpp.LlamaCppPeer(gguf_file(args.model), torch.get_num_threads(),
-                                  model.context_length) if "llamacpp" in methods else None)
+        print(f"bench: leaving out {', '.join(wanted)} ({why})", file=sys.stderr)
+    llama_cpp_peers = {m: llamacpp.LlamaCppPeer(
+        gguf_file(args.model), torch.get_num_threads(), model.context_length,
+        lookup_tokens=args.hf_lookup_tokens if m == "llamacpp-lookup" else None)
+        for m in methods if m in UNAUDITED}
     tuned = tuned_defaults(model)
     decoders, tuned_methods = {}, set()
     for m in methods:
@@ -117,9 +120,9 @@ def run_bench(args: argparse.Namespace) -> int:
 
     def run(label: str, ids: list[int], max_new: int, repeat: int) -> dict:
         method, k = labels[label]
-        if method == "llamacpp":
-            out_ids, seconds = peer.generate(ids, max_new, args.temperature, repeat,
-                                             model.eos_token_ids)
+        if method in llama_cpp_peers:
+            out_ids, seconds = llama_cpp_peers[method].generate(ids, max_new, args.temperature,
+                                                                repeat, model.eos_token_ids)
             return dict(new_tokens=len(out_ids), seconds=seconds, token_ids=out_ids)
         if method in PEERS:
             out_ids, seconds = _hf_generate(model, ids, max_new, args.temperature, repeat,
@@ -200,11 +203,14 @@ def _describe(label: str, labels: dict, decoders: dict, args, tuned_methods: set
         return f"transformers generate(assistant_model={args.draft_model})"
     if method == "hf":
         return "transformers generate()"
-    if method == "llamacpp":
+    if method in ("llamacpp", "llamacpp-lookup"):
         from importlib.metadata import version
 
+        lookup = (f", prompt lookup drafting {args.hf_lookup_tokens}"
+                  if method == "llamacpp-lookup" else "")
         return (f"llama.cpp (llama-cpp-python {version('llama-cpp-python')}) on "
-                f"{gguf_file(args.model).name}: its quantized kernels, not in the equality audit")
+                f"{gguf_file(args.model).name}{lookup}: its quantized kernels, not in the equality "
+                "audit")
     tuned = " (tuned profile)" if method in tuned_methods else ""
     return decoders[method].drafter.describe() + (f", k={k}" if k else "") + tuned
 

@@ -22,10 +22,11 @@ GROUPS = {
 SHORT = {"multi-turn conversation": "mt-bench", "translation": "trans", "summarization": "sum",
          "question answering": "qa", "mathematical reasoning": "math",
          "retrieval-augmented generation": "rag"}
-# transformers generate() (plain, prompt lookup, draft model) on the same weights, and llama.cpp on
-# the model's GGUF file
-PEERS = ("hf", "hf-lookup", "hf-assisted", "llamacpp")
-UNAUDITED = ("llamacpp",)  # quantized arithmetic: its greedy output is not the fp32 target's
+# transformers generate() (plain, prompt lookup, draft model) on the same weights, and llama.cpp
+# (plain, prompt lookup) on the model's GGUF file
+PEERS = ("hf", "hf-lookup", "hf-assisted", "llamacpp", "llamacpp-lookup")
+# quantized arithmetic: their greedy output is not the fp32 target's
+UNAUDITED = ("llamacpp", "llamacpp-lookup")
 
 
 def load_questions(path: str | Path | None = None) -> list[dict]:
