@@ -26,8 +26,13 @@ class LlamaCppPeer:
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         draft = LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens) if lookup_tokens else None
+        if draft:
+            # drafting keeps logits for every context position (n_ctx x vocab floats), and
+            # llama-cpp-python 0.3.36 sizes that buffer only when logits_all is passed explicitly
+            context_length = min(context_length, 4096)
         self.llm = Llama(model_path=str(gguf), n_ctx=context_length, n_threads=threads,
-                         n_threads_batch=threads, draft_model=draft, verbose=False)
+                         n_threads_batch=threads, draft_model=draft, logits_all=bool(draft),
+                         verbose=False)
 
     def generate(self, ids: list[int], max_new: int, temperature: float, seed: int,
                  eos_token_ids: frozenset[int]) -> tuple[list[int], float]:
