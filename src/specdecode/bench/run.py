@@ -27,7 +27,7 @@ from . import llamacpp
 from .audit import greedy_audit
 from .records import Record, RecordStore
 from .report import format_report, summarize
-from .specbench import PEERS, UNAUDITED, group_of, load_questions, select, turns_of
+from .specbench import LLAMA_CPP_PEERS, PEERS, group_of, load_questions, select, turns_of
 
 
 LEARNED = ("eagle", "medusa")  # drafters that need a trained head
@@ -58,16 +58,17 @@ def run_bench(args: argparse.Namespace) -> int:
     head_options = replace(options, draft_model=None) if with_draft_model else options
     methods = [m for m in methods if m not in LEARNED or head_options.draft_model
                or shipped_head_path(model.key, m).is_dir()]
-    wanted = [m for m in methods if m in UNAUDITED]
-    if wanted and not (llamacpp.installed() and gguf_file(args.model)):
-        methods = [m for m in methods if m not in UNAUDITED]
+    gguf = gguf_file(args.model)
+    wanted = [m for m in methods if m in LLAMA_CPP_PEERS]
+    if wanted and not (llamacpp.installed() and gguf):
+        methods = [m for m in methods if m not in LLAMA_CPP_PEERS]
         why = ("the model has no GGUF file" if llamacpp.installed()
                else "llama-cpp-python is not installed: pip install 'specdecode[peers]'")
         print(f"bench: leaving out {', '.join(wanted)} ({why})", file=sys.stderr)
     llama_cpp_peers = {m: llamacpp.LlamaCppPeer(
-        gguf_file(args.model), torch.get_num_threads(), model.context_length,
+        gguf, torch.get_num_threads(), model.context_length,
         lookup_tokens=args.hf_lookup_tokens if m == "llamacpp-lookup" else None)
-        for m in methods if m in UNAUDITED}
+        for m in methods if m in LLAMA_CPP_PEERS}
     tuned = tuned_defaults(model)
     decoders, tuned_methods = {}, set()
     for m in methods:
@@ -203,7 +204,7 @@ def _describe(label: str, labels: dict, decoders: dict, args, tuned_methods: set
         return f"transformers generate(assistant_model={args.draft_model})"
     if method == "hf":
         return "transformers generate()"
-    if method in ("llamacpp", "llamacpp-lookup"):
+    if method in LLAMA_CPP_PEERS:
         from importlib.metadata import version
 
         lookup = (f", prompt lookup drafting {args.hf_lookup_tokens}"

@@ -24,9 +24,9 @@ SHORT = {"multi-turn conversation": "mt-bench", "translation": "trans", "summari
          "retrieval-augmented generation": "rag"}
 # transformers generate() (plain, prompt lookup, draft model) on the same weights, and llama.cpp
 # (plain, prompt lookup) on the model's GGUF file
-PEERS = ("hf", "hf-lookup", "hf-assisted", "llamacpp", "llamacpp-lookup")
-# quantized arithmetic: their greedy output is not the fp32 target's
-UNAUDITED = ("llamacpp", "llamacpp-lookup")
+LLAMA_CPP_PEERS = ("llamacpp", "llamacpp-lookup")
+PEERS = ("hf", "hf-lookup", "hf-assisted", *LLAMA_CPP_PEERS)
+UNAUDITED = LLAMA_CPP_PEERS  # quantized arithmetic: their greedy output is not the fp32 target's
 
 
 def load_questions(path: str | Path | None = None) -> list[dict]:

@@ -44,14 +44,15 @@ def _cpu_flags() -> str:
 
 
 @functools.cache
-def _library() -> ctypes.CDLL | None:
+def _kernels() -> dict[torch.dtype, ctypes._CFuncPtr]:
+    """The kernel per weight dtype, built and loaded on first use; {} where it cannot run."""
     if os.environ.get("SPECDECODE_KERNELS", "1") == "0":
-        return None
+        return {}
     flags = _cpu_flags()
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if " avx512f" not in flags or compiler is None:
         _log.warning("specdecode: no AVX-512 CPU or C compiler; decoding steps use torch's matmul")
-        return None
+        return {}
     from ..models.loader import cache_dir
 
     source = _SOURCE.read_bytes()
@@ -71,28 +72,19 @@ def _library() -> ctypes.CDLL | None:
         if failure:
             _log.warning("specdecode: compiling the decoding kernel failed (%s); using torch",
                          failure)
-            return None
+            return {}
         os.replace(partial, path)
     library = ctypes.CDLL(str(path))
     for function in (library.skinny_linear_f32, library.skinny_linear_bf16):
         function.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
         function.restype = ctypes.c_int
-    return library
-
-
-@functools.cache
-def _functions() -> dict[torch.dtype, ctypes._CFuncPtr]:
-    """The kernel per weight dtype."""
-    library = _library()
-    if library is None:
-        return {}
     return {torch.float32: library.skinny_linear_f32, torch.bfloat16: library.skinny_linear_bf16}
 
 
 def enabled(dtype: torch.dtype = torch.float32) -> bool:
     """True when the kernel for weights of `dtype` (fp32, bf16) is built and loaded (on this CPU,
     with this compiler)."""
-    return dtype in _functions()
+    return dtype in _kernels()
 
 
 def available(x: torch.Tensor, w: torch.Tensor) -> bool:
@@ -103,7 +95,7 @@ def available(x: torch.Tensor, w: torch.Tensor) -> bool:
         and x.dtype == torch.float32
         and x.device.type == w.device.type == "cpu"
         and x.is_contiguous() and w.is_contiguous()
-        and w.dtype in _functions()
+        and w.dtype in _kernels()
     )
 
 
@@ -114,7 +106,7 @@ def skinny_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     O = w.shape[0]
     assert w.shape[1] == I, (x.shape, w.shape)
     y = torch.empty(T, O, dtype=torch.float32)
-    status = _functions()[w.dtype](x.data_ptr(), w.data_ptr(), y.data_ptr(), T, I, O,
+    status = _kernels()[w.dtype](x.data_ptr(), w.data_ptr(), y.data_ptr(), T, I, O,
                                    torch.get_num_threads())
     assert status == 0, status
     return y

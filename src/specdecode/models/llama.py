@@ -199,8 +199,9 @@ class NativeLlama:
             h = _rms_norm(x, w.post_norm, self.eps)
             gate, up = _linear(h, w.gate_up).chunk(2, dim=-1)
             a = F.silu(gate) * up
-            blocks = w.down_blocks and T > 2 and not kernels.available(a, w.down)
-            x = x + (_linear_blocks(a, w.down_blocks) if blocks else _linear(a, w.down))
+            # (blocks exist only where the kernel does not run for this dtype)
+            x = x + (_linear_blocks(a, w.down_blocks) if w.down_blocks and T > 2
+                     else _linear(a, w.down))
         self.cache.length = end
         return x if self.norm is None else _rms_norm(x, self.norm, self.eps)
 
