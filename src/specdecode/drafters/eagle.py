@@ -22,7 +22,8 @@ import copy
 import torch
 
 from ..models.heads import EagleHead
-from ..models.llama import NativeLlama, _linear
+from ..models.linear import Linear
+from ..models.llama import NativeLlama
 from ..sampling import SamplingParams
 from ..tree import ROOT
 from .base import EMPTY_DRAFT, Draft, Drafter, DrafterOptions, register
@@ -59,7 +60,7 @@ class Eagle(Drafter):
     def __init__(self, target: NativeLlama, head: EagleHead, topk: int = 2, nodes: int = 3,
                  label: str = "eagle head") -> None:
         self.target = target  # read-only: its embedding and LM head; features come by observe
-        self.fc_weight = head.fc.weight.detach().to(target.dtype)  # [H, 2H]
+        self.fc = Linear(head.fc.weight.detach().to(target.dtype))  # 2H -> H
         self.layer = native_head_layer(head, target)
         self.draft_vocab = head.draft_vocab
         self.max_length = target.max_length
@@ -96,7 +97,7 @@ class Eagle(Drafter):
     def _head(self, features: torch.Tensor, tokens: torch.Tensor, positions=None, mask=None):
         """ĥ = Layer(W_fc [e(tokens); features]) for rows of pairs: [T, H], [T] -> [T, H],
         appended to the head's cache."""
-        fused = _linear(torch.cat([self.target.embedding(tokens), features], dim=-1), self.fc_weight)
+        fused = self.fc(torch.cat([self.target.embedding(tokens), features], dim=-1))
         return self.layer.run_layers(fused, positions, mask)
 
     def _children(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from ..models.heads import MedusaHeads
-from ..models.llama import NativeLlama, _linear
+from ..models.linear import Linear
+from ..models.llama import NativeLlama
 from ..sampling import SamplingParams
 from ..tree import ROOT
 from .base import EMPTY_DRAFT, Draft, Drafter, DrafterOptions, register
@@ -37,9 +38,9 @@ class Medusa(Drafter):
 
     def __init__(self, target: NativeLlama, heads: MedusaHeads, nodes: int = 3,
                  label: str = "medusa heads") -> None:
-        self.weights = [(h.weight.detach().to(target.dtype), h.bias.detach().float())
-                        for h in heads.heads]
-        self.lm_head = draft_lm_head(target.lm_head, heads.draft_vocab)  # [V', H]
+        self.heads = [Linear(h.weight.detach().to(target.dtype), h.bias.detach())
+                      for h in heads.heads]  # H -> H each
+        self.lm_head = Linear(draft_lm_head(target.lm_head, heads.draft_vocab))  # H -> V'
         self.draft_vocab = heads.draft_vocab
         self.max_length = target.max_length
         self.nodes, self.label = nodes, label
@@ -55,7 +56,7 @@ class Medusa(Drafter):
 
     @property
     def default_k(self) -> int:
-        return len(self.weights)  # tree depth: one level per head
+        return len(self.heads)  # tree depth: one level per head
 
     def reset(self) -> None:
         self.last_feature = None
@@ -68,11 +69,11 @@ class Medusa(Drafter):
         if self.last_feature is None:
             return EMPTY_DRAFT
         h = self.last_feature[None]  # [1, H]
-        depth = min(k, len(self.weights))
-        features = torch.cat([h + torch.nn.functional.silu(_linear(h, w, b))
-                              for w, b in self.weights[:depth]])  # [depth, H]
+        depth = min(k, len(self.heads))
+        features = torch.cat([h + torch.nn.functional.silu(head(h))
+                              for head in self.heads[:depth]])  # [depth, H]
         width = 1 + max(max(path) for path in CHOICES)
-        ranked = to_token_ids(self.draft_vocab, _linear(features, self.lm_head).topk(width).indices)
+        ranked = to_token_ids(self.draft_vocab, self.lm_head(features).topk(width).indices)
         budget = min(self.nodes, self.max_length - context.shape[0])
         paths = [p for p in CHOICES if len(p) <= depth][:budget]
         if not paths:
@@ -84,4 +85,4 @@ class Medusa(Drafter):
                      parents=torch.tensor(parents, dtype=torch.long))
 
     def describe(self) -> str:
-        return f"medusa ({self.label}, {len(self.weights)} heads, {self.nodes} nodes)"
+        return f"medusa ({self.label}, {len(self.heads)} heads, {self.nodes} nodes)"

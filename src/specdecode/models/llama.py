@@ -14,9 +14,9 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from .. import kernels
 from ..cache import StaticKVCache
 from ..tree import TokenTree
+from .linear import Linear
 
 SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2"}
 
@@ -40,15 +40,11 @@ def supports(config) -> bool:
 @dataclass
 class _Layer:
     input_norm: torch.Tensor | None  # [H]; None: the layer reads its input unnormalised (EAGLE)
-    qkv: torch.Tensor  # [(n_heads + 2 n_kv) d, H]
-    qkv_bias: torch.Tensor | None  # [(n_heads + 2 n_kv) d]
-    out: torch.Tensor  # [H, n_heads d]
-    out_bias: torch.Tensor | None  # [H] (Llama with attention_bias=True)
+    qkv: Linear  # H -> (n_heads + 2 n_kv) d, with a bias on Qwen2
+    out: Linear  # n_heads d -> H, with a bias on Llama with attention_bias=True
     post_norm: torch.Tensor  # [H]
-    gate_up: torch.Tensor  # [2 I, H]
-    down: torch.Tensor  # [H, I]
-    # the same cut along I into [H, <= 512] (a copy), for torch's matmul; () with the C kernel
-    down_blocks: tuple[torch.Tensor, ...]
+    gate_up: Linear  # H -> 2 I
+    down: Linear  # I -> H
 
 
 class NativeLlama:
@@ -86,30 +82,27 @@ class NativeLlama:
         self.embed = get("model.embed_tokens.weight")  # [V, H]
         self.norm = optional("model.norm.weight", f32)  # None: no final norm (an EAGLE head's layer)
         # tied embeddings are saved once, under the input embedding's name
-        self.lm_head = optional("lm_head.weight")  # [V, H]
+        self.lm_head = optional("lm_head.weight")  # [V, H], for drafters and training to read
         if self.lm_head is None:
             self.lm_head = self.embed
         self.vocab_size = self.lm_head.shape[0]
+        self._lm_head = Linear(self.lm_head)
         self.layers = []
-        blocks = not kernels.enabled(dtype)
         for i in range(self.num_layers):
             attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
             qkv = [f"{attn}{p}_proj" for p in "qkv"]
             bias = None
             if f"{qkv[0]}.bias" in weights:  # Qwen2
                 bias = torch.cat([get(f"{p}.bias", f32) for p in qkv])
-            down = get(f"{mlp}down_proj.weight")
             self.layers.append(
                 _Layer(
                     input_norm=optional(f"model.layers.{i}.input_layernorm.weight", f32),
-                    qkv=torch.cat([get(f"{p}.weight") for p in qkv]),
-                    qkv_bias=bias,
-                    out=get(f"{attn}o_proj.weight"),
-                    out_bias=optional(f"{attn}o_proj.bias", f32),  # Llama with attention_bias=True
+                    qkv=Linear(torch.cat([get(f"{p}.weight") for p in qkv]), bias),
+                    out=Linear(get(f"{attn}o_proj.weight"), optional(f"{attn}o_proj.bias", f32)),
                     post_norm=get(f"model.layers.{i}.post_attention_layernorm.weight", f32),
-                    gate_up=torch.cat([get(f"{mlp}gate_proj.weight"), get(f"{mlp}up_proj.weight")]),
-                    down=down,
-                    down_blocks=_split_columns(down) if blocks else (),
+                    gate_up=Linear(torch.cat([get(f"{mlp}gate_proj.weight"),
+                                              get(f"{mlp}up_proj.weight")])),
+                    down=Linear(get(f"{mlp}down_proj.weight")),
                 )
             )
         self._inv_freq, self._rope_scale = _rope_frequencies(config)
@@ -159,7 +152,7 @@ class NativeLlama:
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [T, H] -> logits [T, V] (float32)."""
-        return _linear(hidden, self.lm_head)
+        return self._lm_head(hidden)
 
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
         """Append tokens without the LM head (20% of a long prompt's prefill on SmolLM2); returns
@@ -197,11 +190,8 @@ class NativeLlama:
             x = x + self._attention(i, x, start, cos, sin, mask)
             w = self.layers[i]
             h = _rms_norm(x, w.post_norm, self.eps)
-            gate, up = _linear(h, w.gate_up).chunk(2, dim=-1)
-            a = F.silu(gate) * up
-            # (blocks exist only where the kernel does not run for this dtype)
-            x = x + (_linear_blocks(a, w.down_blocks) if w.down_blocks and T > 2
-                     else _linear(a, w.down))
+            gate, up = w.gate_up(h).chunk(2, dim=-1)
+            x = x + w.down(F.silu(gate) * up)
         self.cache.length = end
         return x if self.norm is None else _rms_norm(x, self.norm, self.eps)
 
@@ -209,7 +199,7 @@ class NativeLlama:
         w = self.layers[i]
         T, d, n_kv = x.shape[0], self.head_dim, self.num_kv_heads
         h = x if w.input_norm is None else _rms_norm(x, w.input_norm, self.eps)
-        qkv = _linear(h, w.qkv, w.qkv_bias).view(T, -1, d).transpose(0, 1)  # [heads, T, d]
+        qkv = w.qkv(h).view(T, -1, d).transpose(0, 1)  # [heads, T, d]
         qk = _rotate(qkv[: self.num_heads + n_kv], cos, sin)  # one rotation for q and k
         q, k, v = qk[: self.num_heads], qk[self.num_heads :], qkv[self.num_heads + n_kv :]
         keys, values = self.cache.write(i, start, k, v)  # [n_kv, start + T, d]
@@ -218,33 +208,12 @@ class NativeLlama:
         o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
                                            is_causal=mask is None and T > 1, enable_gqa=True)[0]
         o = o.transpose(0, 1).reshape(T, self.num_heads * d)
-        return _linear(o, w.out, w.out_bias)
+        return w.out(o)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x / sqrt(mean(x²) + eps) · weight over the last dim (F.rms_norm costs 3x as much here)."""
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
-
-
-def _linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ w.T for x: [T, in] fp32, w: [out, in] (fp32 or bf16) -> [T, out] fp32.
-
-    Steps over 1..16 rows take the C kernel where it runs (`kernels`: one pass over the weights
-    for all rows, and batch-invariant). Otherwise torch's, measured on AVX-512 CPUs with MKL:
-    `F.linear` on few rows takes a GEMV-like path that reaches about half the memory bandwidth,
-    while `w @ x.T` with at least two columns takes a GEMM path at the bandwidth floor
-    (SmolLM2-135M fp32 step: 51 ms -> 23 ms), so a single row is duplicated.
-    """
-    if kernels.available(x, w):
-        y = kernels.skinny_linear(x, w)
-    else:
-        T = x.shape[0]
-        columns = torch.cat([x, x]).t() if T == 1 else x.t()  # [in, max(T, 2)]
-        # bf16 weights widened here too: every product of the model is fp32 arithmetic, whichever
-        # path and however many rows (a bf16 GEMM rounds activations, and a difference there
-        # grows into different greedy tokens between a prefill-sized and a step-sized call)
-        y = (w.float() @ columns)[:, :T].t().contiguous()
-    return y if bias is None else y + bias
 
 
 def _rope_frequencies(config) -> tuple[torch.Tensor, float]:
@@ -267,26 +236,6 @@ def rope_tables(inv_freq: torch.Tensor, scale: float, length: int) -> tuple[torc
     freqs = torch.outer(torch.arange(length, dtype=torch.float32), inv_freq)
     angles = torch.cat([freqs, freqs], dim=-1)
     return angles.cos() * scale, angles.sin() * scale
-
-
-def _split_columns(w: torch.Tensor, width: int = 512) -> tuple[torch.Tensor, ...]:
-    """w: [out, in] -> contiguous column blocks [out, <= width] (see `_linear_blocks`)."""
-    return tuple(block.contiguous() for block in w.split(width, dim=1))
-
-
-def _linear_blocks(x: torch.Tensor, blocks: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """x @ w.T with w given as column blocks (`_split_columns`): the sum of the blocks' products.
-
-    Measured here (MKL, 2 threads, fp32): with a long inner dimension (SmolLM2's down projection,
-    576 x 1536) the product over 3-8 columns costs 2-3x the one over 2 columns; cut into 512-wide
-    blocks it costs 1.5-2x, but 1-2 columns then pay 20-40% more, so the forward keeps both forms
-    of that matrix (+20% weight memory on SmolLM2) and picks by the number of new tokens.
-    """
-    x_blocks = x.split(blocks[0].shape[1], dim=1)
-    y = _linear(x_blocks[0], blocks[0])
-    for xb, wb in zip(x_blocks[1:], blocks[1:]):
-        y += _linear(xb, wb)
-    return y
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
