@@ -54,7 +54,7 @@ def test_prompt_lookup_without_any_match_proposes_nothing():
 def test_prompt_lookup_respects_ngram_min():
     context = t(4, 1, 2, 3, 9, 3)  # only a 1-gram match ("3")
     assert PromptLookup(3, 2).propose(context, 4, SamplingParams(), None).tokens.numel() == 0
-    assert PromptLookup(3, 1).propose(context, 4, SamplingParams(), None).tokens.tolist() == [9]
+    assert PromptLookup(3, 1).propose(context, 4, SamplingParams(), None).tokens.tolist() == [9, 3]
 
 
 @pytest.mark.parametrize("ngram_max, ngram_min", [(1, 2), (3, 0), (0, 0)])
@@ -64,15 +64,16 @@ def test_prompt_lookup_rejects_invalid_ngram_range(ngram_max, ngram_min):
 
 
 def test_draft_length_grows_with_the_match_and_never_exceeds_k():
-    assert [draft_length(n, 7, 5) for n in range(1, 6)] == [1, 1, 3, 3, 7]
-    assert [draft_length(n, 2, 5) for n in range(1, 6)] == [1, 1, 2, 2, 2]
-    assert draft_length(3, 7, 3) == 7  # a full match drafts k whatever ngram_max is
+    assert [draft_length(n, 7, 5) for n in range(1, 6)] == [3, 5, 7, 7, 7]
+    assert [draft_length(n, 2, 5) for n in range(1, 6)] == [2, 2, 2, 2, 2]
+    assert draft_length(2, 7, 2) == 7  # a full match drafts k whatever ngram_max is
 
 
 def test_prompt_lookup_drafts_fewer_tokens_for_shorter_matches():
     # "7" (a 1-gram) matches with a long continuation; "1 2 7" (a 3-gram) does too
     one_gram = t(7, 10, 11, 12, 13, 14, 15, 7)
-    assert PromptLookup(3, 1).propose(one_gram, 6, SamplingParams(), None).tokens.tolist() == [10]
+    assert PromptLookup(3, 1).propose(one_gram, 6, SamplingParams(), None).tokens.tolist() == [
+        10, 11, 12]
     three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)
     draft = PromptLookup(3, 1).propose(three_gram, 6, SamplingParams(), None)
     assert draft.tokens.tolist() == [10, 11, 12, 13, 14, 15]

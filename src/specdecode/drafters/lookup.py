@@ -49,9 +49,8 @@ class PromptLookup(Drafter):
 
     @property
     def default_k(self) -> int:
-        # with the default ngram_max = 5: only a 5-gram match drafts k tokens; a verification
-        # forward over 8 tokens costs ~1.7x one over 1 on 2 CPU cores (fp32, `kernels`), which
-        # long matches (repeated passages, loops) repay
+        # a verification forward over 8 tokens costs ~1.2x one over 1 on 2 CPU cores (fp32,
+        # `kernels`), over 9-16 tokens 1.4-1.7x: drafts stay within 8 rows
         return 7
 
     def describe(self) -> str:
@@ -61,15 +60,14 @@ class PromptLookup(Drafter):
 def draft_length(n: int, k: int, ngram_max: int) -> int:
     """Tokens to copy after a match of the context's last n tokens, at most k.
 
-    A longer match is stronger evidence that the continuation repeats, and each extra draft token
-    makes the verification forward dearer: a full match (n = ngram_max) drafts k tokens, a 3- or
-    4-gram 3 (a step over 4 tokens costs ~1.25x one over 1 on 2 CPU cores), a 1- or 2-gram 1
-    (a step over 2 tokens costs ~1.08x). Chosen by replaying drafting policies over greedy outputs
-    of 10 Spec-Bench prompts per group against the measured step costs (SmolLM2-135M, fp32);
-    replayed again with the step costs of `kernels`, the best of 864 policies (n-gram 4-8, full
-    match 5-15 tokens, 3-4-gram 1-6, 2-gram 0-3, 1-gram 0-2) was 2% faster on held-out prompts,
-    within the noise, so the rule stayed.
+    A longer match is stronger evidence that the continuation repeats; a step over 2..8 tokens
+    costs only 1.06-1.2x one over 1 on 2 CPU cores (fp32, `kernels`), so even weak matches draft
+    several tokens: a 3-gram or longer k, a 2-gram 5, a 1-gram 3. Chosen by replaying drafting
+    policies over greedy outputs of 5 held-out Spec-Bench prompts per group (the last of each
+    group; SmolLM2-135M, fp32) against the measured step costs: 1.64x plain on average against
+    1.55x for the earlier rule (k / 3 / 1), and within 0.5% of the best of 6,912 policies
+    (n-gram 3-8, full match 5-15 tokens, 3+-gram 1-8, 2-gram 0-5, 1-gram 0-3).
     """
-    if n >= ngram_max:
+    if n >= 3 or n >= ngram_max:
         return k
-    return min(k, 3 if n >= 3 else 1)
+    return min(k, 5 if n == 2 else 3)
