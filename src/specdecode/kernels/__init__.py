@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 
 PANEL = 16  # output rows per packed panel (one AVX-512 vector)
-_SOURCE = Path(__file__).with_name("linear.c")
+_SOURCES = sorted(Path(__file__).parent.glob("*.c"))
+_HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 _log = logging.getLogger("specdecode")
 
 
@@ -44,26 +45,29 @@ def _cpu_flags() -> str:
     return ""
 
 
+_WEIGHT_TYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+
+
 @functools.cache
-def _kernels() -> dict[torch.dtype, ctypes._CFuncPtr]:
-    """The kernel per weight dtype, built and loaded on first use; {} where it cannot run."""
+def _library() -> ctypes.CDLL | None:
+    """The kernels, built and loaded on first use; None where they cannot run."""
     if os.environ.get("SPECDECODE_KERNELS", "1") == "0":
-        return {}
+        return None
     flags = _cpu_flags()
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if " avx512f" not in flags or compiler is None:
         _log.warning("specdecode: no AVX-512 CPU or C compiler; decoding steps use torch's matmul")
-        return {}
+        return None
     from ..models.loader import cache_dir
 
-    source = _SOURCE.read_bytes()
-    key = hashlib.sha256(source + compiler.encode() + flags.encode()).hexdigest()[:16]
-    path = cache_dir() / "kernels" / f"linear-{key}.so"
+    key = hashlib.sha256(b"".join(s.read_bytes() for s in _SOURCES + _HEADERS) + compiler.encode()
+                         + flags.encode()).hexdigest()[:16]
+    path = cache_dir() / "kernels" / f"kernels-{key}.so"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")  # renamed into place: no half-built file
         build = [compiler, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
-                 str(_SOURCE), "-o", str(partial)]
+                 *map(str, _SOURCES), "-o", str(partial), "-lm"]
         try:
             result = subprocess.run(build, capture_output=True, text=True)
             failure = None if result.returncode == 0 else (
@@ -71,21 +75,26 @@ def _kernels() -> dict[torch.dtype, ctypes._CFuncPtr]:
         except OSError as exc:  # CC names no program
             failure = str(exc)
         if failure:
-            _log.warning("specdecode: compiling the decoding kernel failed (%s); using torch",
+            _log.warning("specdecode: compiling the decoding kernels failed (%s); using torch",
                          failure)
-            return {}
+            return None
         os.replace(partial, path)
     library = ctypes.CDLL(str(path))
-    for function in (library.linear_f32, library.linear_bf16):
+    for name in _WEIGHT_TYPES.values():
+        function = getattr(library, f"linear_{name}")
         function.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
         function.restype = ctypes.c_int
-    return {torch.float32: library.linear_f32, torch.bfloat16: library.linear_bf16}
+    library.attention.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 6 + [ctypes.c_int]
+    library.attention.restype = ctypes.c_int
+    library.rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float]
+    library.silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
+    return library
 
 
 def enabled(dtype: torch.dtype = torch.float32) -> bool:
     """True when the kernel for weights of `dtype` (fp32, bf16) is built and loaded (on this CPU,
     with this compiler)."""
-    return dtype in _kernels()
+    return _library() is not None and dtype in _WEIGHT_TYPES
 
 
 def pack(w: torch.Tensor) -> torch.Tensor:
@@ -105,7 +114,62 @@ def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int) -> torch.Te
     x = x.contiguous()
     y = torch.empty(T, out_features, dtype=torch.float32)
     if T:
-        status = _kernels()[panels.dtype](x.data_ptr(), panels.data_ptr(), y.data_ptr(), T, I,
-                                          out_features, torch.get_num_threads())
+        function = getattr(_library(), f"linear_{_WEIGHT_TYPES[panels.dtype]}")
+        status = function(x.data_ptr(), panels.data_ptr(), y.data_ptr(), T, I, out_features,
+                          torch.get_num_threads())
         assert status == 0, status
     return y
+
+
+def attention_runs(head_dim: int) -> bool:
+    """True when `attention` runs here for heads of this size (a multiple of 16)."""
+    return _library() is not None and head_dim % 16 == 0
+
+
+def attention(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, cos: torch.Tensor,
+              sin: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
+              num_heads: int) -> torch.Tensor:
+    """One layer's attention for T new rows, where `attention_runs(d)`:
+
+    qkv: [T, (H + 2 G) d] fp32, rotated in place; keys, values: the layer's cache [G, capacity, d]
+    fp32, the new rows' k and v written at start..start+T-1; cos, sin: [>= max position + 1, d];
+    positions: [T] int64; mask: [T, start + T] bool, True where a row may attend, or None for
+    causal -> softmax(q kᵀ / √d) v: [T, H d]."""
+    T, G, capacity, d = qkv.shape[0], keys.shape[0], keys.shape[1], keys.shape[2]
+    assert qkv.is_contiguous() and keys.is_contiguous() and values.is_contiguous()
+    assert qkv.shape[1] == (num_heads + 2 * G) * d, (qkv.shape, num_heads, G, d)
+    out = torch.empty(T, num_heads * d, dtype=torch.float32)
+    mask = None if mask is None else mask.contiguous()  # held: the kernel reads its memory
+    status = _library().attention(
+        qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+        positions.data_ptr(), None if mask is None else mask.data_ptr(),
+        out.data_ptr(), T, start, num_heads, G, d, capacity, torch.get_num_threads())
+    assert status == 0, status
+    return out
+
+
+def pointwise_runs(x: torch.Tensor) -> bool:
+    """True when `rms_norm` and `silu_mul` run here for rows like x ([T, width] fp32 on the CPU,
+    the width a multiple of 16)."""
+    return (_library() is not None and x.dtype == torch.float32 and x.device.type == "cpu"
+            and x.dim() == 2 and x.shape[1] % 16 == 0)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x: [T, H], weight: [H] fp32 -> x / sqrt(mean(x²) + eps) · weight per row, [T, H]."""
+    x, weight = x.contiguous(), weight.contiguous()
+    out = torch.empty_like(x)
+    status = _library().rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0],
+                                 x.shape[1], eps)
+    assert status == 0, status
+    return out
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up: [T, 2 I] = [gate; up] per row -> silu(gate) · up, [T, I]."""
+    gate_up = gate_up.contiguous()
+    T, width = gate_up.shape
+    out = torch.empty(T, width // 2, dtype=torch.float32)
+    status = _library().silu_mul(gate_up.data_ptr(), out.data_ptr(), T, width // 2)
+    assert status == 0, status
+    return out

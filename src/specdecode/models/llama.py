@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..cache import StaticKVCache
+from .. import kernels
 from ..tree import TokenTree
 from .linear import Linear
 
@@ -106,6 +107,8 @@ class NativeLlama:
                 )
             )
         self._inv_freq, self._rope_scale = _rope_frequencies(config)
+        # the C kernel (rotary, cache write and attention in one call) where it runs, else torch
+        self._attention_kernel = kernels.attention_runs(self.head_dim)
         self.cache = StaticKVCache(
             self.num_layers, self.num_kv_heads, self.head_dim, 1024, self.max_length, f32
         )
@@ -180,40 +183,55 @@ class NativeLlama:
             self._rope_cache(self.cache.capacity)
         end = start + T
         if positions is None:
-            cos, sin = self._cos[start:end], self._sin[start:end]  # [T, d]
-        else:
-            cos, sin = self._cos[positions], self._sin[positions]
-        if mask is None and T > 1 and start > 0:  # new row i sees the cached prefix and rows 0..i
-            mask = torch.arange(end)[None, :] <= torch.arange(start, end)[:, None]  # [T, end]
+            positions = torch.arange(start, end)
         assert mask is None or mask.shape == (T, end), (None if mask is None else mask.shape, T, end)
+        if self._attention_kernel:
+            rope = None  # the kernel reads the tables at `positions` itself; no mask is causal
+        else:
+            rope = self._cos[positions], self._sin[positions]  # [T, d] each
+            if mask is None and T > 1 and start > 0:  # new row i sees the cached prefix and rows 0..i
+                mask = torch.arange(end)[None, :] <= torch.arange(start, end)[:, None]  # [T, end]
         for i in range(self.num_layers) if layers is None else layers:
-            x = x + self._attention(i, x, start, cos, sin, mask)
+            x = x + self._attention(i, x, start, positions, rope, mask)
             w = self.layers[i]
             h = _rms_norm(x, w.post_norm, self.eps)
-            gate, up = w.gate_up(h).chunk(2, dim=-1)
-            x = x + w.down(F.silu(gate) * up)
+            x = x + w.down(_silu_mul(w.gate_up(h)))
         self.cache.length = end
         return x if self.norm is None else _rms_norm(x, self.norm, self.eps)
 
-    def _attention(self, i, x, start, cos, sin, mask) -> torch.Tensor:
+    def _attention(self, i, x, start, positions, rope, mask) -> torch.Tensor:
         w = self.layers[i]
         T, d, n_kv = x.shape[0], self.head_dim, self.num_kv_heads
         h = x if w.input_norm is None else _rms_norm(x, w.input_norm, self.eps)
-        qkv = w.qkv(h).view(T, -1, d).transpose(0, 1)  # [heads, T, d]
-        qk = _rotate(qkv[: self.num_heads + n_kv], cos, sin)  # one rotation for q and k
+        qkv = w.qkv(h)  # [T, (n_heads + 2 n_kv) d]
+        if rope is None:
+            o = kernels.attention(qkv, self.cache.keys[i], self.cache.values[i], self._cos,
+                                  self._sin, positions, mask, start, self.num_heads)
+            return w.out(o)
+        qkv = qkv.view(T, -1, d).transpose(0, 1)  # [heads, T, d]
+        qk = _rotate(qkv[: self.num_heads + n_kv], *rope)  # one rotation for q and k
         q, k, v = qk[: self.num_heads], qk[self.num_heads :], qkv[self.num_heads + n_kv :]
         keys, values = self.cache.write(i, start, k, v)  # [n_kv, start + T, d]
         # 4-D inputs with enable_gqa take torch's CPU flash kernel (3-D inputs take the math path:
         # 40% of an 800-token prefill, and 3x slower per decode step at 800 cached tokens)
         o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
                                            is_causal=mask is None and T > 1, enable_gqa=True)[0]
-        o = o.transpose(0, 1).reshape(T, self.num_heads * d)
-        return w.out(o)
+        return w.out(o.transpose(0, 1).reshape(T, self.num_heads * d))
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x / sqrt(mean(x²) + eps) · weight over the last dim (F.rms_norm costs 3x as much here)."""
+    if kernels.pointwise_runs(x):
+        return kernels.rms_norm(x, weight, eps)
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """[gate; up]: [T, 2 I] -> silu(gate) · up: [T, I] (the SwiGLU of the MLP)."""
+    if kernels.pointwise_runs(gate_up):
+        return kernels.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 def _rope_frequencies(config) -> tuple[torch.Tensor, float]:
