@@ -32,10 +32,11 @@ from .learned import draft_lm_head, resolve_head, select_nodes, to_token_ids
 
 # Small trees: with the shipped SmolLM2 head (43% top-1) the fastest of 7 measured shapes was top-2
 # children, depth 2, 3 nodes (τ 1.60, 1.12x plain on held-out training prompts; top-4, depth 5,
-# 12 nodes reached τ 1.86 at 0.39x). Re-measured with the kernel's cheaper steps (4 / 6 verified
-# rows ~1.2 / ~1.45 one-token steps) on Spec-Bench prompts 4-5 of each group: 3 nodes 0.97x
-# plain (τ 1.56), 4-5 nodes 0.84-0.87x, 6-7 nodes 0.75-0.81x (τ 1.63-1.66): the head's second
-# and third guesses are right too rarely to pay for more rows.
+# 12 nodes reached τ 1.86 at 0.39x). Re-measured with the packed-panel kernels (verifying 2..8
+# rows costs 1.04-1.24 one-token steps; every tree level costs one head forward) on the last 2
+# Spec-Bench prompts of each group: depth 2 / 3 nodes 1.09x plain (τ 1.50), depth 4 / 7 nodes
+# 0.95x and depth 6 / 7 nodes 1.03x (τ 1.61): the head's deeper guesses are right too rarely to
+# pay for the levels that draft them.
 DEFAULT_DEPTH, DEFAULT_NODES = 2, 3
 
 

@@ -49,8 +49,9 @@ class Medusa(Drafter):
     @classmethod
     def create(cls, model, options: DrafterOptions) -> "Medusa":
         heads = resolve_head(model, options.draft_model, "medusa")
-        # 3 nodes (4 verified rows, the cheapest multi-token step here) measured fastest with the
-        # shipped SmolLM2 heads: τ 1.34 at 1.01x plain, where 6 nodes gave τ 1.41 at 0.63x
+        # 3 nodes measured fastest with the shipped SmolLM2 heads: τ 1.34 at 1.01x plain, where 6
+        # nodes gave τ 1.41 at 0.63x; with the packed-panel kernels (8 rows ~1.24 one-token
+        # steps) on the last 2 Spec-Bench prompts per group, 3 nodes 1.04x, 7 nodes 0.92-1.06x
         return cls(model.target, heads, options.tree_nodes or 3,
                    options.draft_model or "shipped heads")
 
