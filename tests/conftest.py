@@ -45,6 +45,7 @@ def make_tiny_llama(
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
+        head_dim=16,  # a multiple of 16: attention takes the C kernel where it runs, as on real models
         max_position_embeddings=max_positions,
         initializer_range=init,
         tie_word_embeddings=False,

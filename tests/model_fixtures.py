@@ -16,7 +16,7 @@ def _save_tiny(path, vocab_size, tokenizer, max_positions=128):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=16, intermediate_size=32,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                          max_position_embeddings=max_positions, initializer_range=0.5,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
     torch.manual_seed(0)
