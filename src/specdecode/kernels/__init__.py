@@ -1,6 +1,10 @@
-"""A C kernel for the linear layers of a decoder: y = x @ w.T for any number of rows of x (fp32),
-weights in fp32 or bf16 (widened to fp32 in registers: bf16 halves the bytes a step reads, and
-the arithmetic stays fp32), packed once into panels of 16 output rows (`pack`).
+"""C kernels for a decoder step on AVX-512 CPUs, all fp32 arithmetic:
+
+- `linear`: y = x @ w.T for any number of rows of x, weights in fp32 or bf16 (widened to fp32 in
+  registers: bf16 halves the bytes a step reads), packed once into panels of 16 output rows
+  (`pack`) — `linear.c`;
+- `attention`: rotary embedding, KV-cache write and softmax attention of one layer — `attention.c`;
+- `rms_norm`, `silu_mul`: the element-wise parts of a layer — `pointwise.c`.
 
 Why not torch's: on this project's machine (2 AVX-512 cores) MKL's fp32 GEMM reads the weights at
 the bandwidth floor only for 1-2 rows; with 3-16 rows it takes a compute-bound path (SmolLM2's
@@ -8,9 +12,11 @@ matrix products for an 8-token step: 33-40 ms against 14-18 ms for one token), a
 a row depends on how many rows share the call. `linear.c` reads each weight once per step for up
 to 8 rows with no horizontal sums (8 rows: 18 ms), is faster than MKL on prefill too (256 rows:
 320 vs 530 ms), and computes each output the same way whatever the row count, so a token's
-logits are bitwise the same in plain decoding, a verification step and a prefill.
+logits are bitwise the same in plain decoding, a verification step and a prefill. The attention
+and element-wise kernels replace ~45 small torch operations per layer (~5 ms of dispatch a step
+for SmolLM2) and keep that property: a row's result never depends on the other rows in the call.
 
-The source is compiled on first use with the system C compiler (`-march=native`, OpenMP) into the
+The sources are compiled on first use with the system C compiler (`-march=native`, OpenMP) into the
 cache directory, keyed by the source, compiler and CPU flags. Without a compiler, an AVX-512 CPU
 or CPU tensors of the dtypes it has, callers fall back to torch (`enabled` says when);
 `SPECDECODE_KERNELS=0` forces the fallback.
