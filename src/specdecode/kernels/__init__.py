@@ -97,6 +97,12 @@ def _library() -> ctypes.CDLL | None:
     return library
 
 
+@functools.cache
+def _linear_function(dtype: torch.dtype):
+    """The C function for weights of `dtype` (looked up once, not per call)."""
+    return getattr(_library(), f"linear_{_WEIGHT_TYPES[dtype]}")
+
+
 def enabled(dtype: torch.dtype = torch.float32) -> bool:
     """True when the kernel for weights of `dtype` (fp32, bf16) is built and loaded (on this CPU,
     with this compiler)."""
@@ -120,9 +126,8 @@ def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int) -> torch.Te
     x = x.contiguous()
     y = torch.empty(T, out_features, dtype=torch.float32)
     if T:
-        function = getattr(_library(), f"linear_{_WEIGHT_TYPES[panels.dtype]}")
-        status = function(x.data_ptr(), panels.data_ptr(), y.data_ptr(), T, I, out_features,
-                          torch.get_num_threads())
+        status = _linear_function(panels.dtype)(x.data_ptr(), panels.data_ptr(), y.data_ptr(), T,
+                                                I, out_features, torch.get_num_threads())
         assert status == 0, status
     return y
 

@@ -18,8 +18,8 @@ class Linear:
     tokens between a prefill and a step)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        self.out_features, self.in_features = weight.shape
-        self.dtype = weight.dtype
+        self.out_features = weight.shape[0]
+        self.dtype = weight.dtype  # of the weight as stored
         self.bias = None if bias is None else bias.float()  # [out]
         fast = weight.device.type == "cpu" and kernels.enabled(weight.dtype)
         self._panels = kernels.pack(weight.detach()) if fast else None

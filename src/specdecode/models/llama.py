@@ -14,8 +14,8 @@ from typing import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..cache import StaticKVCache
 from .. import kernels
+from ..cache import StaticKVCache
 from ..tree import TokenTree
 from .linear import Linear
 
@@ -110,6 +110,9 @@ class NativeLlama:
         self._inv_freq, self._rope_scale = _rope_frequencies(config)
         # the C kernel (rotary, cache write and attention in one call) where it runs, else torch
         self._attention_kernel = kernels.attention_runs(self.head_dim)
+        # and for norms and SwiGLU, decided once for this model's row widths, not per call
+        self._norm_kernel = kernels.pointwise_runs(torch.empty(1, config.hidden_size))
+        self._swiglu_kernel = kernels.pointwise_runs(torch.empty(1, config.intermediate_size))
         self.cache = StaticKVCache(
             self.num_layers, self.num_kv_heads, self.head_dim, 1024, self.max_length, f32
         )
@@ -197,15 +200,27 @@ class NativeLlama:
         for i in range(self.num_layers) if layers is None else layers:
             x = x + self._attention(i, x, start, positions, rope, mask)
             w = self.layers[i]
-            h = _rms_norm(x, w.post_norm, self.eps)
-            x = x + w.down(_silu_mul(w.gate_up(h)))
+            x = x + w.down(self._swiglu(w.gate_up(self._rms_norm(x, w.post_norm))))
         self.cache.length = end
-        return x if self.norm is None else _rms_norm(x, self.norm, self.eps)
+        return x if self.norm is None else self._rms_norm(x, self.norm)
+
+    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """x / sqrt(mean(x²) + eps) · weight over the last dim (F.rms_norm costs 3x as much here)."""
+        if self._norm_kernel:
+            return kernels.rms_norm(x, weight, self.eps)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
+
+    def _swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """[gate; up]: [T, 2 I] -> silu(gate) · up: [T, I] (the MLP's activation)."""
+        if self._swiglu_kernel:
+            return kernels.silu_mul(gate_up)
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
 
     def _attention(self, i, x, start, positions, rope, mask) -> torch.Tensor:
         w = self.layers[i]
         T, d, n_kv = x.shape[0], self.head_dim, self.num_kv_heads
-        h = x if w.input_norm is None else _rms_norm(x, w.input_norm, self.eps)
+        h = x if w.input_norm is None else self._rms_norm(x, w.input_norm)
         qkv = w.qkv(h)  # [T, (n_heads + 2 n_kv) d]
         if rope is None:
             o = kernels.attention(qkv, self.cache.keys[i], self.cache.values[i], self._cos,
@@ -220,21 +235,6 @@ class NativeLlama:
         o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
                                            is_causal=mask is None and T > 1, enable_gqa=True)[0]
         return w.out(o.transpose(0, 1).reshape(T, self.num_heads * d))
-
-
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x / sqrt(mean(x²) + eps) · weight over the last dim (F.rms_norm costs 3x as much here)."""
-    if kernels.pointwise_runs(x):
-        return kernels.rms_norm(x, weight, eps)
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
-
-
-def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """[gate; up]: [T, 2 I] -> silu(gate) · up: [T, I] (the SwiGLU of the MLP)."""
-    if kernels.pointwise_runs(gate_up):
-        return kernels.silu_mul(gate_up)
-    gate, up = gate_up.chunk(2, dim=-1)
-    return F.silu(gate) * up
 
 
 def _rope_frequencies(config) -> tuple[torch.Tensor, float]:
