@@ -40,20 +40,12 @@ static void attend(const float *q, const float *keys, const float *values, const
         if (scores[j] > max) max = scores[j];
     }
     __m512 total = _mm512_setzero_ps();
-    int64_t j = 0;
-    for (; j + 16 <= visible; j += 16) {
-        __m512 s = _mm512_loadu_ps(scores + j);
+    for (int64_t j = 0; j < visible; j += 16) { /* p_j = e^(s_j - max), 0 where masked */
+        __mmask16 block = visible - j >= 16 ? 0xFFFF : (__mmask16)((1u << (visible - j)) - 1);
+        __m512 s = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), block, scores + j);
         __mmask16 seen = _mm512_cmp_ps_mask(s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
         __m512 p = _mm512_maskz_mov_ps(seen, exp512(_mm512_sub_ps(s, _mm512_set1_ps(max))));
-        _mm512_storeu_ps(scores + j, p);
-        total = _mm512_add_ps(total, p);
-    }
-    if (j < visible) {
-        __mmask16 tail = (__mmask16)((1u << (visible - j)) - 1);
-        __m512 s = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail, scores + j);
-        __mmask16 seen = _mm512_cmp_ps_mask(s, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-        __m512 p = _mm512_maskz_mov_ps(seen, exp512(_mm512_sub_ps(s, _mm512_set1_ps(max))));
-        _mm512_mask_storeu_ps(scores + j, tail, p);
+        _mm512_mask_storeu_ps(scores + j, block, p);
         total = _mm512_add_ps(total, p);
     }
     const float norm = 1.0f / _mm512_reduce_add_ps(total);
