@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "redoes no finished work. The head is written to OUT/head; use "
                                    "it with `generate --method METHOD --draft-model OUT/head`. "
                                    "With the defaults, SmolLM2-135M on 2 idle CPU cores takes about "
-                                   "40 minutes.")
+                                   "60 minutes.")
     r.add_argument("method", choices=["eagle", "medusa"],
                    help="eagle: a one-layer feature-level head (EAGLE-2 tree drafting); "
                         "medusa: independent heads, one per draft position")
