@@ -22,7 +22,7 @@ run: setup
 	  "Translate to French: The weather is lovely today, so we will walk to the market and buy fresh bread, cheese and apples for the picnic."
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
 
 bench: setup
 	.venv/bin/specdecode bench --limit 3

@@ -76,4 +76,4 @@ def tiny_llama():
 
 
 # fixtures that need a real tokenizer (the default model, tiny models saved as directories)
-pytest_plugins = ["model_fixtures"]
+pytest_plugins = ["model_fixtures", "kernel_fixtures"]

@@ -98,7 +98,7 @@ def generate(args: argparse.Namespace) -> int:
     if args.json:
         out = {"text": result.text, "token_ids": result.token_ids, "method": args.method,
                "finish_reason": result.finish_reason, "stats": result.stats.to_dict(),
-               "defaults": profile_note}
+               "kernels": model.kernels, "defaults": profile_note}
         if base:
             out["compare"] = {"ar": base.stats.to_dict(),
                               "speedup": _ratio(result.stats, base.stats),
@@ -107,7 +107,8 @@ def generate(args: argparse.Namespace) -> int:
         return 0
     rows = [(args.method, result.stats)] + ([("ar", base.stats)] if base else [])
     note = f" · {profile_note}" if profile_note else ""
-    print(f"\n[{model.name} · {model.backend} {args.dtype} · {decoder.describe()}{note}]")
+    print(f"\n[{model.name} · {model.backend} {args.dtype} · {model.kernels} · "
+          f"{decoder.describe()}{note}]")
     print(format_stats(rows))
     if base:
         same = ("yes" if result.token_ids == base.token_ids else "NO") if greedy else "n/a (sampling)"
@@ -145,7 +146,7 @@ def bench(args: argparse.Namespace) -> int:
         from .models.loader import DTYPES
 
         model = load_model(args.model, backend=args.backend, dtype=args.dtype)
-        print(f"{model.name} ({model.backend}, {args.dtype})")
+        print(f"{model.name} ({model.backend}, {args.dtype}, {model.kernels})")
         print(floor_report(model, DTYPES[args.dtype]))
         return 0
     from .bench.run import run_bench

@@ -10,7 +10,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from .models.loader import cache_dir
+from .storage import cache_dir
 
 
 def _user_path(key: str) -> Path:

@@ -11,7 +11,8 @@ from specdecode.drafters.eagle import Eagle
 from specdecode.drafters.plain import NoDrafter
 from specdecode.engine import GenerationConfig, generate
 from specdecode.errors import ModelLoadError
-from specdecode.models.heads import EagleHead, layer_config, load_head, rope_tables, save_head
+from specdecode.models.heads import EagleHead, layer_config, load_head, save_head
+from specdecode.rope import config_tables
 from specdecode.models.llama import NativeLlama
 from specdecode.sampling import SamplingParams
 
@@ -43,7 +44,7 @@ def test_native_head_layer_equals_the_trainable_module(target_model):
     T = 12
     features = torch.randn(T, target.embed.shape[1], generator=torch.Generator().manual_seed(1))
     tokens = torch.randint(0, V, (T,), generator=torch.Generator().manual_seed(2))
-    cos, sin = rope_tables(target_model.config, T)
+    cos, sin = config_tables(target_model.config, T)
     with torch.no_grad():
         expected = head(features[None], target.embed[tokens][None], cos, sin)[0]
     # in two chunks, as the drafter feeds newly confirmed pairs

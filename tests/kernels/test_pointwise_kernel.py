@@ -1,30 +1,36 @@
+"""`Kernels.rms_norm` and `Kernels.silu_mul` on every kernel path."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from specdecode import kernels
-
-pytestmark = pytest.mark.skipif(not kernels.pointwise_runs(torch.zeros(1, 16)),
-                                reason="no AVX-512 CPU or C compiler")
-
 
 @pytest.mark.parametrize("rows", [1, 3, 9])
-def test_rms_norm_kernel_equals_its_formula(rows):
+def test_rms_norm_kernel_equals_its_formula(kernel_path, rows):
     gen = torch.Generator().manual_seed(rows)
     x, w = torch.randn(rows, 48, generator=gen) * 3, torch.randn(48, generator=gen)
     want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
-    torch.testing.assert_close(kernels.rms_norm(x, w, 1e-5), want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(kernel_path.rms_norm(x, w, 1e-5), want, rtol=1e-6, atol=1e-6)
 
 
-def test_silu_mul_kernel_equals_torch_across_the_exponents_range():
+def test_silu_mul_kernel_equals_torch_across_the_exponents_range(kernel_path):
     gate = torch.cat([torch.linspace(-120, 120, 63), torch.zeros(1)])  # e^-gate under/overflows
     up = torch.linspace(-2, 2, 64)
     gate_up = torch.cat([gate, up])[None].repeat(2, 1)  # [2, 2 x 64]
     want = F.silu(gate) * up
-    torch.testing.assert_close(kernels.silu_mul(gate_up), want.repeat(2, 1), rtol=2e-6, atol=1e-7)
+    torch.testing.assert_close(kernel_path.silu_mul(gate_up), want.repeat(2, 1), rtol=2e-6,
+                               atol=1e-7)
 
 
-def test_pointwise_kernels_only_take_2d_fp32_rows_of_16_wide_blocks():
-    assert not kernels.pointwise_runs(torch.zeros(2, 40))
-    assert not kernels.pointwise_runs(torch.zeros(2, 3, 16))
-    assert not kernels.pointwise_runs(torch.zeros(2, 16, dtype=torch.bfloat16))
+def test_pointwise_results_of_a_row_do_not_depend_on_the_other_rows(kernel_path):
+    gen = torch.Generator().manual_seed(5)
+    x, w = torch.randn(11, 96, generator=gen), torch.randn(96, generator=gen)
+    norms, acts = kernel_path.rms_norm(x, w, 1e-6), kernel_path.silu_mul(x)
+    for t in range(11):
+        assert torch.equal(kernel_path.rms_norm(x[t : t + 1], w, 1e-6)[0], norms[t])
+        assert torch.equal(kernel_path.silu_mul(x[t : t + 1])[0], acts[t])
+
+
+def test_c_paths_take_models_whose_widths_are_multiples_of_16(kernel_path):
+    assert kernel_path.fits(64, (576, 1536))
+    assert kernel_path.fits(8, (40,)) == (kernel_path.name == "torch")

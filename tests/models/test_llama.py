@@ -258,3 +258,29 @@ def test_bf16_weights_keep_activations_fp32_and_logits_close_to_fp32(tiny_llama)
     # weights rounded to bf16 (2^-9 relative): far from fp32's 1e-4, but close
     assert (steps - reference).abs().max() < 0.02 * reference.abs().max()
     assert (steps - reference).abs().max() > ATOL  # it does run in bf16
+
+
+def test_a_tokens_logits_are_bitwise_the_same_alone_in_a_step_in_a_tree_and_in_a_prefill(
+        kernel_path, tiny_llama):
+    """The kernels' contract seen from the model, on every path: plain decoding (one token per
+    forward), a verification step (a chain), a tree step and a prompt prefill give the same bits."""
+    model = tiny_llama(6, vocab=V, layers=2)
+    prefix, pending = tokens(9, 6), torch.tensor([7])
+    native = NativeLlama.from_hf(model, kernels=kernel_path)
+    assert native.kernels is kernel_path
+
+    def from_prefix(forward):
+        native.reset()
+        native.prefill(prefix)
+        return forward()
+
+    rows = torch.cat([pending, TREE.tokens])
+    tree_logits = from_prefix(lambda: native.logits(native.hidden(rows, TREE)))
+    for node in range(len(TREE)):
+        branch = rows[branch_rows(TREE, node)]
+        one_by_one = from_prefix(lambda: torch.cat([native.forward(t[None]) for t in branch]))
+        chain = from_prefix(lambda: native.forward(branch))
+        native.reset()
+        prefill = native.logits(native.prefill(torch.cat([prefix, branch])))[len(prefix):]
+        assert torch.equal(chain, one_by_one) and torch.equal(prefill, one_by_one)
+        assert torch.equal(tree_logits[node + 1], one_by_one[-1])

@@ -88,7 +88,7 @@ def format_report(summary: dict, info: dict, audit: list[dict] | None) -> str:
     lines = [f"# specdecode bench — {info['model']} ({info['backend']}, {info['dtype']}), {mode}, "
              f"{info['max_new_tokens']} new tokens, first {info['limit']} prompts per group "
              f"(MT-bench: both turns), median of {info['repeats']}",
-             f"machine: {m['cpu']}, {m['threads']} threads, torch {m['torch']}, peak memory "
+             f"machine: {m['cpu']}, {m['kernels']}, torch {m['torch']}, peak memory "
              f"{m['peak_rss_mb']:.0f} MB; commit {m['commit']}; {m['date']}", ""]
     lines += [f"- `{name}`: {label}" for name, label in info["methods"].items()]
     for base, title in (("ar", "our plain decoding (`ar`)"), ("hf", "transformers `generate()`")):

@@ -165,7 +165,7 @@ def run_bench(args: argparse.Namespace) -> int:
             "max_new_tokens": args.max_new_tokens,
             "methods": {label: _describe(label, labels, decoders, args, tuned_methods)
                         for label in labels},
-            "machine": _machine()}
+            "machine": {**_machine(), "kernels": model.kernels}}
     summary = {group: {label: by_label[label] for label in labels if label in by_label}
                for group, by_label in summarize(records).items()}  # in the order they ran
     audit = greedy_audit(model, records, prompts) if args.temperature == 0 else None

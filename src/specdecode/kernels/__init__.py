@@ -1,186 +1,140 @@
-"""C kernels for a decoder step on AVX-512 CPUs, all fp32 arithmetic:
+"""The kernels of a decoder step, one algorithm on several instruction sets.
 
-- `linear`: y = x @ w.T for any number of rows of x, weights in fp32 or bf16 (widened to fp32 in
-  registers: bf16 halves the bytes a step reads), packed once into panels of 16 output rows
-  (`pack`) — `linear.c`;
-- `attention`: rotary embedding, KV-cache write and softmax attention of one layer — `attention.c`;
-- `rms_norm`, `silu_mul`: the element-wise parts of a layer — `pointwise.c`.
+Paths, best first: `avx512` (x86 with AVX-512F), `avx2` (x86 with AVX2 and FMA), `neon` (64-bit
+ARM), `generic` (portable C, any CPU with a C compiler), and `torch` (no C compiler: torch
+operations). The C paths are one set of width-generic sources (`csrc/linear.c`, `attention.c`,
+`pointwise.c`) over `csrc/simd.h`, which has one small implementation per instruction set in
+`csrc/isa/`; `csrc/kernels.h` declares what they export. Each is compiled on first use with the
+system C compiler (`build.py`) and cached.
 
-Why not torch's: on this project's machine (2 AVX-512 cores) MKL's fp32 GEMM reads the weights at
-the bandwidth floor only for 1-2 rows; with 3-16 rows it takes a compute-bound path (SmolLM2's
-matrix products for an 8-token step: 33-40 ms against 14-18 ms for one token), and its result for
-a row depends on how many rows share the call. `linear.c` reads each weight once per step for up
-to 8 rows with no horizontal sums (8 rows: 18 ms), is faster than MKL on prefill too (256 rows:
-320 vs 530 ms), and computes each output the same way whatever the row count, so a token's
-logits are bitwise the same in plain decoding, a verification step and a prefill. The attention
-and element-wise kernels replace ~45 small torch operations per layer (~5 ms of dispatch a step
-for SmolLM2) and keep that property: a row's result never depends on the other rows in the call.
+Operations (the `Kernels` interface):
+- `linear`: y = x @ w.T for any number of rows, weights fp32 or bf16 (widened to fp32 in
+  registers), packed once by `pack` into panels of one vector's width of output rows: each weight
+  is read once per step for up to 8 rows, with no horizontal sums;
+- `attention`: rotary embedding, KV-cache write and softmax attention of one layer, causal or
+  under a tree mask;
+- `rms_norm`, `silu_mul`: the element-wise parts of a layer.
 
-The sources are compiled on first use with the system C compiler (`-march=native`, OpenMP) into the
-cache directory, keyed by the source, compiler and CPU flags. Without a compiler, an AVX-512 CPU
-or CPU tensors of the dtypes it has, callers fall back to torch (`enabled` says when);
-`SPECDECODE_KERNELS=0` forces the fallback.
+The contract every path keeps: a row's result is bitwise the same whatever other rows share the
+call (for calls of up to `ROW_INVARIANT_ROWS` rows: every decoding and verification step), so a
+token's logits are the same in plain decoding and in a verification step, and speculative greedy
+output equals plain greedy output on every CPU. Paths differ from each other in the last bits
+(the vector width orders the sums); each is exact with itself.
+
+`SPECDECODE_ISA=avx512|avx2|neon|generic|torch` forces a path; otherwise the best one the machine
+runs is used (asking the compiler, see `build.py`), and torch when nothing compiles.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import hashlib
 import logging
 import os
-import shutil
-import subprocess
-from pathlib import Path
+from typing import Protocol
 
 import torch
 
-PANEL = 16  # output rows per packed panel (one AVX-512 vector)
-_SOURCES = sorted(Path(__file__).parent.glob("*.c"))
-_HEADERS = sorted(Path(__file__).parent.glob("*.h"))
+from ..errors import SpecDecodeError
+from . import build
+from .native import CKernels
+from .torch_path import ROW_INVARIANT_ROWS, TorchKernels
+
+PATHS = (*build.C_PATHS, "torch")
+ISA_VARIABLE = "SPECDECODE_ISA"
 _log = logging.getLogger("specdecode")
 
+__all__ = ["PATHS", "ROW_INVARIANT_ROWS", "Kernels", "KernelUnavailable", "active", "describe",
+           "load", "runnable"]
 
-def _cpu_flags() -> str:
+
+class KernelUnavailable(SpecDecodeError):
+    """A kernel path that cannot run on this machine was asked for."""
+
+
+class Kernels(Protocol):
+    name: str  # the path: avx512, avx2, neon, generic or torch
+    threading: str  # how rows are spread over threads: OpenMP, pthreads or torch
+
+    def fits(self, head_dim: int, widths: tuple[int, ...]) -> bool:
+        """True when a model with this head size and these row widths runs on this path."""
+        ...
+
+    def pack(self, w: torch.Tensor) -> torch.Tensor:
+        """A weight [O, I] (fp32 or bf16) in the layout `linear` reads."""
+        ...
+
+    def linear(self, x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
+        """x: [T, I] fp32 -> x @ w.T: [T, O] fp32."""
+        ...
+
+    def attention(self, qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                  cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                  mask: torch.Tensor | None, start: int, num_heads: int) -> torch.Tensor:
+        """One layer's attention for T new rows.
+
+        qkv: [T, (H + 2 G) d] fp32, q and k rotated in place; keys, values: the layer's cache
+        [G, capacity, d] fp32, the new rows' k and v written at start..start+T-1; cos, sin:
+        [>= max position + 1, d]; positions: [T] int64; mask: [T, start + T] bool, True where a
+        row may attend, or None for causal -> softmax(q kᵀ / √d) v: [T, H d]."""
+        ...
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x: [T, H], weight: [H] fp32 -> x / sqrt(mean(x²) + eps) · weight per row."""
+        ...
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up: [T, 2 I] = [gate; up] per row -> silu(gate) · up: [T, I]."""
+        ...
+
+
+def runnable() -> list[str]:
+    """The paths this machine can run, best first (torch always)."""
+    cc = build.compiler()
+    return [*(build.runnable_paths(cc) if cc else []), "torch"]
+
+
+@functools.cache
+def load(path: str, openmp: bool = True) -> Kernels:
+    """The kernels of one path, built on first use; with OpenMP where the compiler has it unless
+    openmp=False (then the library's own thread pool). Raises `KernelUnavailable` with a one-line
+    reason when the path cannot run here."""
+    if path == "torch":
+        return TorchKernels()
+    if path not in build.C_PATHS:
+        raise KernelUnavailable(f"unknown kernel path {path!r} (choose {', '.join(PATHS)})")
+    cc = build.compiler()
+    here = runnable()
+    if cc is None or path not in here:
+        why = "no working C compiler (set CC)" if len(here) == 1 else "this CPU does not have it"
+        raise KernelUnavailable(f"the {path} kernels cannot run here: {why}; this machine runs "
+                                f"{', '.join(here)}")
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line
-    except OSError:
-        pass
-    return ""
-
-
-_WEIGHT_TYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+        return CKernels(build.load(build.build(path, cc, openmp)))
+    except build.BuildError as exc:
+        raise KernelUnavailable(f"compiling the {path} kernels failed: {exc}") from exc
 
 
 @functools.cache
-def _library() -> ctypes.CDLL | None:
-    """The kernels, built and loaded on first use; None where they cannot run."""
-    if os.environ.get("SPECDECODE_KERNELS", "1") == "0":
-        return None
-    flags = _cpu_flags()
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if " avx512f" not in flags or compiler is None:
-        _log.warning("specdecode: no AVX-512 CPU or C compiler; decoding steps use torch's matmul")
-        return None
-    from ..models.loader import cache_dir
-
-    key = hashlib.sha256(b"".join(s.read_bytes() for s in _SOURCES + _HEADERS) + compiler.encode()
-                         + flags.encode()).hexdigest()[:16]
-    path = cache_dir() / "kernels" / f"kernels-{key}.so"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp")  # renamed into place: no half-built file
-        build = [compiler, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC",
-                 *map(str, _SOURCES), "-o", str(partial), "-lm"]
+def active() -> Kernels:
+    """The path this process uses: `SPECDECODE_ISA` if set, else the best one that builds."""
+    forced = os.environ.get(ISA_VARIABLE, "").strip().lower()
+    if forced:
         try:
-            result = subprocess.run(build, capture_output=True, text=True)
-            failure = None if result.returncode == 0 else (
-                result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
-        except OSError as exc:  # CC names no program
-            failure = str(exc)
-        if failure:
-            _log.warning("specdecode: compiling the decoding kernels failed (%s); using torch",
-                         failure)
-            return None
-        os.replace(partial, path)
-    library = ctypes.CDLL(str(path))
-    for name in _WEIGHT_TYPES.values():
-        function = getattr(library, f"linear_{name}")
-        function.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int]
-        function.restype = ctypes.c_int
-    library.attention.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 6 + [ctypes.c_int]
-    library.attention.restype = ctypes.c_int
-    library.rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_float]
-    library.silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2
-    return library
+            return load(forced)
+        except KernelUnavailable as exc:
+            raise KernelUnavailable(f"{ISA_VARIABLE}={forced}: {exc}") from None
+    for path in runnable()[:-1]:  # the C paths, best first
+        try:
+            return load(path)
+        except KernelUnavailable as exc:
+            _log.warning("specdecode: %s; trying the next path", exc)
+    _log.warning("specdecode: no C kernels for this machine (no working C compiler?); decoding "
+                 "steps use the torch path, exact but slower")
+    return load("torch")
 
 
-@functools.cache
-def _linear_function(dtype: torch.dtype):
-    """The C function for weights of `dtype` (looked up once, not per call)."""
-    return getattr(_library(), f"linear_{_WEIGHT_TYPES[dtype]}")
-
-
-def enabled(dtype: torch.dtype = torch.float32) -> bool:
-    """True when the kernel for weights of `dtype` (fp32, bf16) is built and loaded (on this CPU,
-    with this compiler)."""
-    return _library() is not None and dtype in _WEIGHT_TYPES
-
-
-def pack(w: torch.Tensor) -> torch.Tensor:
-    """w: [O, I] -> panels [ceil(O / 16), I, 16] (panel p, column k holds w[16p .. 16p + 15, k]),
-    the rows past O zero: the layout `linear` reads."""
-    O, I = w.shape
-    padded = w.new_zeros(-(-O // PANEL) * PANEL, I)
-    padded[:O] = w
-    return padded.view(-1, PANEL, I).transpose(1, 2).contiguous()
-
-
-def linear(x: torch.Tensor, panels: torch.Tensor, out_features: int) -> torch.Tensor:
-    """x: [T, I] fp32, panels: `pack(w)` of w [O = out_features, I] in fp32 or bf16, on the CPU,
-    where `enabled(panels.dtype)` -> x @ w.T [T, O] fp32."""
-    T, I = x.shape
-    assert x.dtype == torch.float32 and panels.shape[1:] == (I, PANEL), (x.shape, panels.shape)
-    x = x.contiguous()
-    y = torch.empty(T, out_features, dtype=torch.float32)
-    if T:
-        status = _linear_function(panels.dtype)(x.data_ptr(), panels.data_ptr(), y.data_ptr(), T,
-                                                I, out_features, torch.get_num_threads())
-        assert status == 0, status
-    return y
-
-
-def attention_runs(head_dim: int) -> bool:
-    """True when `attention` runs here for heads of this size (a multiple of 16)."""
-    return _library() is not None and head_dim % 16 == 0
-
-
-def attention(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, cos: torch.Tensor,
-              sin: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, start: int,
-              num_heads: int) -> torch.Tensor:
-    """One layer's attention for T new rows, where `attention_runs(d)`:
-
-    qkv: [T, (H + 2 G) d] fp32, rotated in place; keys, values: the layer's cache [G, capacity, d]
-    fp32, the new rows' k and v written at start..start+T-1; cos, sin: [>= max position + 1, d];
-    positions: [T] int64; mask: [T, start + T] bool, True where a row may attend, or None for
-    causal -> softmax(q kᵀ / √d) v: [T, H d]."""
-    T, G, capacity, d = qkv.shape[0], keys.shape[0], keys.shape[1], keys.shape[2]
-    assert qkv.is_contiguous() and keys.is_contiguous() and values.is_contiguous()
-    assert qkv.shape[1] == (num_heads + 2 * G) * d, (qkv.shape, num_heads, G, d)
-    out = torch.empty(T, num_heads * d, dtype=torch.float32)
-    mask = None if mask is None else mask.contiguous()  # held: the kernel reads its memory
-    status = _library().attention(
-        qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-        positions.data_ptr(), None if mask is None else mask.data_ptr(),
-        out.data_ptr(), T, start, num_heads, G, d, capacity, torch.get_num_threads())
-    assert status == 0, status
-    return out
-
-
-def pointwise_runs(x: torch.Tensor) -> bool:
-    """True when `rms_norm` and `silu_mul` run here for rows like x ([T, width] fp32 on the CPU,
-    the width a multiple of 16)."""
-    return (_library() is not None and x.dtype == torch.float32 and x.device.type == "cpu"
-            and x.dim() == 2 and x.shape[1] % 16 == 0)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x: [T, H], weight: [H] fp32 -> x / sqrt(mean(x²) + eps) · weight per row, [T, H]."""
-    x, weight = x.contiguous(), weight.contiguous()
-    out = torch.empty_like(x)
-    status = _library().rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0],
-                                 x.shape[1], eps)
-    assert status == 0, status
-    return out
-
-
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """gate_up: [T, 2 I] = [gate; up] per row -> silu(gate) · up, [T, I]."""
-    gate_up = gate_up.contiguous()
-    T, width = gate_up.shape
-    out = torch.empty(T, width // 2, dtype=torch.float32)
-    status = _library().silu_mul(gate_up.data_ptr(), out.data_ptr(), T, width // 2)
-    assert status == 0, status
-    return out
+def describe(kernels: Kernels) -> str:
+    """'avx2 kernels (OpenMP, 2 threads)': the path, as every report names it."""
+    if kernels.name == "torch":
+        return f"torch kernels ({torch.get_num_threads()} threads)"
+    return f"{kernels.name} kernels ({kernels.threading}, {torch.get_num_threads()} threads)"

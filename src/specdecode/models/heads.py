@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ModelLoadError
-from .llama import _rope_frequencies, _rotate, rope_tables as _tables
+from ..rope import rotate
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
@@ -41,11 +41,6 @@ def layer_config(target_config) -> dict:
         "intermediate_size": c.intermediate_size,
         "rms_norm_eps": c.rms_norm_eps,
     }
-
-
-def rope_tables(target_config, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [length, d] of positions 0..length-1, exactly as the target's `NativeLlama`."""
-    return _tables(*_rope_frequencies(target_config), length)
 
 
 class _DecoderLayer(nn.Module):
@@ -78,8 +73,8 @@ class _DecoderLayer(nn.Module):
         def heads(t: torch.Tensor, n: int) -> torch.Tensor:  # [B, T, n d] -> [B, n, T, d]
             return t.view(B, T, n, self.head_dim).transpose(1, 2)
 
-        q = _rotate(heads(a["q_proj"](x), self.heads), cos, sin)
-        k = _rotate(heads(a["k_proj"](x), self.kv_heads), cos, sin)
+        q = rotate(heads(a["q_proj"](x), self.heads), cos, sin)
+        k = rotate(heads(a["k_proj"](x), self.kv_heads), cos, sin)
         v = heads(a["v_proj"](x), self.kv_heads)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         x = x + a["o_proj"](o.transpose(1, 2).reshape(B, T, -1))

@@ -3,24 +3,27 @@
 Built from the weights of a loaded transformers model (no download, no extra conversion): q/k/v and
 gate/up projections are fused into one matrix each, so a decoder layer is four matrix products.
 The KV cache is static (`cache.StaticKVCache`): rollback moves a length, nothing is freed.
-One code path scores 1..K+1 new tokens with a causal mask over the cached prefix.
+One code path scores 1..K+1 new tokens with a causal mask over the cached prefix; every operation
+of a step runs on one kernel path (`kernels`), which computes a token the same way whatever the
+number of tokens in the step.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 
-from .. import kernels
+from .. import kernels as kernel_paths
 from ..cache import StaticKVCache
+from ..kernels import Kernels
+from ..rope import frequencies, tables
 from ..tree import TokenTree
 from .linear import Linear
 
 SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2"}
-KERNEL_ATTENTION_ROWS = 64  # new rows up to which attention takes the C kernel
 
 
 def supports(config) -> bool:
@@ -58,12 +61,18 @@ class NativeLlama:
     transformers model instead."""
 
     def __init__(self, config, weights: Mapping[str, torch.Tensor],
-                 dtype: torch.dtype = torch.float32) -> None:
+                 dtype: torch.dtype = torch.float32, kernels: Kernels | None = None) -> None:
         assert supports(config), config.model_type
         self.config = config
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.kernels = kernels or kernel_paths.active()
+        if not self.kernels.fits(self.head_dim, (config.hidden_size, config.intermediate_size)):
+            logging.getLogger("specdecode").warning(
+                "specdecode: the %s kernels need head and row widths in multiples of 16; this "
+                "model runs on the torch path", self.kernels.name)
+            self.kernels = kernel_paths.load("torch")
         self.eps = config.rms_norm_eps
         self.max_length = config.max_position_embeddings
         self.num_layers = config.num_hidden_layers
@@ -88,7 +97,7 @@ class NativeLlama:
         if self.lm_head is None:
             self.lm_head = self.embed
         self.vocab_size = self.lm_head.shape[0]
-        self._lm_head = Linear(self.lm_head)
+        self._lm_head = self._linear(self.lm_head)
         self.layers = []
         for i in range(self.num_layers):
             attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
@@ -99,30 +108,30 @@ class NativeLlama:
             self.layers.append(
                 _Layer(
                     input_norm=optional(f"model.layers.{i}.input_layernorm.weight", f32),
-                    qkv=Linear(torch.cat([get(f"{p}.weight") for p in qkv]), bias),
-                    out=Linear(get(f"{attn}o_proj.weight"), optional(f"{attn}o_proj.bias", f32)),
+                    qkv=self._linear(torch.cat([get(f"{p}.weight") for p in qkv]), bias),
+                    out=self._linear(get(f"{attn}o_proj.weight"),
+                                     optional(f"{attn}o_proj.bias", f32)),
                     post_norm=get(f"model.layers.{i}.post_attention_layernorm.weight", f32),
-                    gate_up=Linear(torch.cat([get(f"{mlp}gate_proj.weight"),
-                                              get(f"{mlp}up_proj.weight")])),
-                    down=Linear(get(f"{mlp}down_proj.weight")),
+                    gate_up=self._linear(torch.cat([get(f"{mlp}gate_proj.weight"),
+                                                    get(f"{mlp}up_proj.weight")])),
+                    down=self._linear(get(f"{mlp}down_proj.weight")),
                 )
             )
-        self._inv_freq, self._rope_scale = _rope_frequencies(config)
-        # the C kernel (rotary, cache write and attention in one call) where it runs, else torch
-        self._attention_kernel = kernels.attention_runs(self.head_dim)
-        # and for norms and SwiGLU, decided once for this model's row widths, not per call
-        self._norm_kernel = kernels.pointwise_runs(torch.empty(1, config.hidden_size))
-        self._swiglu_kernel = kernels.pointwise_runs(torch.empty(1, config.intermediate_size))
+        self._inv_freq, self._rope_scale = frequencies(config)
         self.cache = StaticKVCache(
             self.num_layers, self.num_kv_heads, self.head_dim, 1024, self.max_length, f32
         )
         self._rope_cache(self.cache.capacity)
 
+    def _linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+        return Linear(weight, bias, self.kernels)
+
     @classmethod
-    def from_hf(cls, hf_model: torch.nn.Module, dtype: torch.dtype = torch.float32) -> "NativeLlama":
+    def from_hf(cls, hf_model: torch.nn.Module, dtype: torch.dtype = torch.float32,
+                kernels: Kernels | None = None) -> "NativeLlama":
         weights = dict(hf_model.state_dict())
         weights["lm_head.weight"] = hf_model.get_output_embeddings().weight  # tied or not
-        return cls(hf_model.config, weights, dtype)
+        return cls(hf_model.config, weights, dtype, kernels)
 
     @property
     def length(self) -> int:
@@ -135,7 +144,7 @@ class NativeLlama:
         self.cache.rollback(length)
 
     def _rope_cache(self, capacity: int) -> None:
-        self._cos, self._sin = rope_tables(self._inv_freq, self._rope_scale, capacity)
+        self._cos, self._sin = tables(self._inv_freq, self._rope_scale, capacity)
 
     def forward(self, tokens: torch.Tensor, layers: Sequence[int] | None = None) -> torch.Tensor:
         """tokens: [T] int64 -> logits [T, V]; appends T positions to the cache."""
@@ -185,82 +194,16 @@ class NativeLlama:
         self.cache.reserve(T)
         if self._cos.shape[0] < self.cache.capacity:
             self._rope_cache(self.cache.capacity)
-        end = start + T
         if positions is None:
-            positions = torch.arange(start, end)
-        assert mask is None or mask.shape == (T, end), (None if mask is None else mask.shape, T, end)
-        # the C kernel loops over keys plainly: past a few dozen rows (a long prefill) torch's flash
-        # kernel is faster (1000 rows: 1.39 vs 1.83 s); a prefill is the same for every method
-        if self._attention_kernel and T <= KERNEL_ATTENTION_ROWS:
-            rope = None  # the kernel reads the tables at `positions` itself; no mask is causal
-        else:
-            rope = self._cos[positions], self._sin[positions]  # [T, d] each
-            if mask is None and T > 1 and start > 0:  # new row i sees the cached prefix and rows 0..i
-                mask = torch.arange(end)[None, :] <= torch.arange(start, end)[:, None]  # [T, end]
+            positions = torch.arange(start, start + T)
+        assert mask is None or mask.shape == (T, start + T), (mask.shape, T, start)
+        k = self.kernels
         for i in range(self.num_layers) if layers is None else layers:
-            x = x + self._attention(i, x, start, positions, rope, mask)
             w = self.layers[i]
-            x = x + w.down(self._swiglu(w.gate_up(self._rms_norm(x, w.post_norm))))
-        self.cache.length = end
-        return x if self.norm is None else self._rms_norm(x, self.norm)
-
-    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """x / sqrt(mean(x²) + eps) · weight over the last dim (F.rms_norm costs 3x as much here)."""
-        if self._norm_kernel:
-            return kernels.rms_norm(x, weight, self.eps)
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
-
-    def _swiglu(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """[gate; up]: [T, 2 I] -> silu(gate) · up: [T, I] (the MLP's activation)."""
-        if self._swiglu_kernel:
-            return kernels.silu_mul(gate_up)
-        gate, up = gate_up.chunk(2, dim=-1)
-        return F.silu(gate) * up
-
-    def _attention(self, i, x, start, positions, rope, mask) -> torch.Tensor:
-        w = self.layers[i]
-        T, d, n_kv = x.shape[0], self.head_dim, self.num_kv_heads
-        h = x if w.input_norm is None else self._rms_norm(x, w.input_norm)
-        qkv = w.qkv(h)  # [T, (n_heads + 2 n_kv) d]
-        if rope is None:
-            o = kernels.attention(qkv, self.cache.keys[i], self.cache.values[i], self._cos,
-                                  self._sin, positions, mask, start, self.num_heads)
-            return w.out(o)
-        qkv = qkv.view(T, -1, d).transpose(0, 1)  # [heads, T, d]
-        qk = _rotate(qkv[: self.num_heads + n_kv], *rope)  # one rotation for q and k
-        q, k, v = qk[: self.num_heads], qk[self.num_heads :], qkv[self.num_heads + n_kv :]
-        keys, values = self.cache.write(i, start, k, v)  # [n_kv, start + T, d]
-        # 4-D inputs with enable_gqa take torch's CPU flash kernel (3-D inputs take the math path:
-        # 40% of an 800-token prefill, and 3x slower per decode step at 800 cached tokens)
-        o = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
-                                           is_causal=mask is None and T > 1, enable_gqa=True)[0]
-        return w.out(o.transpose(0, 1).reshape(T, self.num_heads * d))
-
-
-def _rope_frequencies(config) -> tuple[torch.Tensor, float]:
-    """Rotary inverse frequencies [d / 2] and the cos/sin scale, as transformers computes them:
-    1 / theta^(2i/d) for the default type, transformers' own function for scaled types."""
-    rope = getattr(config, "rope_parameters", None) or {}
-    rope_type = rope.get("rope_type", "default")
-    if rope_type == "default":
-        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        exponents = torch.arange(0, dim, 2, dtype=torch.float) / dim
-        return 1.0 / (rope["rope_theta"] ** exponents), 1.0
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](config)
-    return inv_freq.float(), float(scale)
-
-
-def rope_tables(inv_freq: torch.Tensor, scale: float, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [length, d] of positions 0..length-1 (the halves layout of HF Llama)."""
-    freqs = torch.outer(torch.arange(length, dtype=torch.float32), inv_freq)
-    angles = torch.cat([freqs, freqs], dim=-1)
-    return angles.cos() * scale, angles.sin() * scale
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding, x·cos + rotate_half(x)·sin. x: [heads, T, d]; cos, sin: [T, d]."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+            h = x if w.input_norm is None else k.rms_norm(x, w.input_norm, self.eps)
+            o = k.attention(w.qkv(h), self.cache.keys[i], self.cache.values[i], self._cos,
+                            self._sin, positions, mask, start, self.num_heads)  # [T, heads d]
+            x = x + w.out(o)
+            x = x + w.down(k.silu_mul(w.gate_up(k.rms_norm(x, w.post_norm, self.eps))))
+        self.cache.length = start + T
+        return x if self.norm is None else k.rms_norm(x, self.norm, self.eps)

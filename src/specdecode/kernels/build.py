@@ -1,0 +1,148 @@
+"""Compiling the C kernels (`csrc/`) for one instruction-set path, and loading them.
+
+Which paths the machine runs is asked of the compiler, not of /proc/cpuinfo (which only Linux
+has): `cc -march=native -dM -E` (`-mcpu=native` where the compiler wants that) lists the macros
+it predefines for the host CPU, such as `__AVX512F__`, `__AVX2__` or `__ARM_NEON`. Each path is
+then compiled with the flags of its own instruction set only, so that `avx2` built on an AVX-512
+machine is what an AVX2-only machine runs. Libraries are cached under `cache_dir()/kernels`,
+keyed by the sources, the compiler and the flags.
+
+The exported functions and their ctypes signatures come from one header, `csrc/kernels.h`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..storage import cache_dir
+
+SOURCES = Path(__file__).parent / "csrc"
+HEADER = SOURCES / "kernels.h"
+C_PATHS = ("avx512", "avx2", "neon", "generic")  # in order of preference
+# the path's instruction set and nothing else of the host's
+FLAGS = {
+    "avx512": ["-DSPECDECODE_AVX512", "-mavx512f", "-mavx2", "-mfma"],
+    "avx2": ["-DSPECDECODE_AVX2", "-mavx2", "-mfma"],
+    "neon": ["-DSPECDECODE_NEON"],
+    "generic": [],
+}
+# macros the compiler predefines for the host CPU when it runs the path
+REQUIRES = {
+    "avx512": ("__AVX512F__",),
+    "avx2": ("__AVX2__", "__FMA__"),
+    "neon": ("__aarch64__", "__ARM_NEON"),
+    "generic": (),
+}
+# -ffp-contract=off: a * b + c is never fused in one inlined copy of a loop and not in another
+OPTIMIZE = ["-O3", "-ffp-contract=off"]
+LIBRARY_FLAGS = [*OPTIMIZE, "-fPIC", "-shared"]
+
+
+class BuildError(Exception):
+    """The kernels could not be built here; the message is one line."""
+
+
+def compiler() -> str | None:
+    """The C compiler: `CC`, else cc, gcc or clang on the PATH; None if there is none."""
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
+@functools.cache
+def host_macros(cc: str) -> frozenset[str] | None:
+    """Macros `cc` predefines when compiling for this machine's CPU; None if `cc` does not run."""
+    for native in (["-march=native"], ["-mcpu=native"], []):
+        try:
+            result = subprocess.run([cc, *native, "-dM", "-E", "-x", "c", os.devnull],
+                                    capture_output=True, text=True)
+        except OSError:
+            return None
+        if result.returncode == 0:
+            return frozenset(line.split()[1] for line in result.stdout.splitlines()
+                             if line.startswith("#define "))
+    return None
+
+
+def runnable_paths(cc: str) -> list[str]:
+    """The C paths this machine's CPU runs, best first (empty when `cc` does not work)."""
+    macros = host_macros(cc)
+    if macros is None:
+        return []
+    return [path for path in C_PATHS if all(m in macros for m in REQUIRES[path])]
+
+
+def build(path: str, cc: str, openmp: bool = True) -> Path:
+    """The shared library of `path` (built on first use, then cached); with OpenMP if asked and
+    the compiler has it, else with the library's own thread pool."""
+    sources = sorted(SOURCES.glob("*.c"))
+    headers = sorted(SOURCES.rglob("*.h"))
+    attempts = [["-fopenmp"], []] if openmp else [[]]
+    failures = []
+    for threading in attempts:
+        flags = [*LIBRARY_FLAGS, *FLAGS[path], *threading]
+        key = hashlib.sha256(b"".join(f.read_bytes() for f in sources + headers)
+                             + " ".join([cc, _version(cc), *flags]).encode()).hexdigest()[:16]
+        library = cache_dir() / "kernels" / f"{path}-{key}.so"
+        failed = library.with_suffix(".failed")
+        if library.exists():
+            return library
+        if failed.exists():
+            failures.append(failed.read_text().strip())
+            continue
+        library.parent.mkdir(parents=True, exist_ok=True)
+        partial = library.with_suffix(f".{os.getpid()}.tmp")  # renamed into place when whole
+        command = [cc, *flags, *map(str, sources), "-o", str(partial), "-lm",
+                   *([] if threading else ["-lpthread"])]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True)
+        except OSError as exc:  # CC names no program
+            raise BuildError(str(exc)) from exc
+        if result.returncode == 0:
+            os.replace(partial, library)
+            return library
+        lines = result.stderr.strip().splitlines()
+        failures.append(lines[-1] if lines else f"exit code {result.returncode}")
+        if threading:  # without OpenMP here: remember, the next start builds without it at once
+            failed.write_text(failures[-1] + "\n")
+    raise BuildError(failures[-1])
+
+
+@functools.cache
+def _version(cc: str) -> str:
+    result = subprocess.run([cc, "--version"], capture_output=True, text=True)
+    return (result.stdout.splitlines() or [""])[0]
+
+
+_C_TYPES = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "float": ctypes.c_float}
+
+
+def signatures(header: Path = HEADER) -> dict[str, tuple[object, list]]:
+    """name -> (restype, argtypes) of every prototype in the header: pointers become c_void_p,
+    `const char *` results c_char_p."""
+    text = re.sub(r"/\*.*?\*/", " ", header.read_text(), flags=re.S)
+    text = re.sub(r"^\s*#.*$", " ", text, flags=re.M)
+    found = {}
+    for result, name, params in re.findall(r"([\w \t*]+?)\s*\b(\w+)\s*\(([^()]*)\)\s*;", text):
+        restype = ctypes.c_char_p if "*" in result else _C_TYPES[result.split()[-1]]
+        argtypes = []
+        for param in params.split(","):
+            words = param.replace("*", " * ").split()
+            if words and words != ["void"]:
+                argtypes.append(ctypes.c_void_p if "*" in words else _C_TYPES[words[-2]])
+        found[name] = (restype, argtypes)
+    return found
+
+
+def load(library: Path) -> ctypes.CDLL:
+    """The library with the header's signatures set on its functions."""
+    loaded = ctypes.CDLL(str(library))
+    for name, (restype, argtypes) in signatures().items():
+        function = getattr(loaded, name)
+        function.restype, function.argtypes = restype, argtypes
+    return loaded

@@ -1,0 +1,113 @@
+/* Rotary embedding, KV-cache write and attention of one decoder layer for T new rows, any
+ * instruction set (simd.h). Arguments: kernels.h.
+ *
+ * q and k are rotated in place (the halves layout of HF Llama: x cos + rotate_half(x) sin with the
+ * cos/sin rows of each row's position) and k, v appended to the cache; then each row and head takes
+ * softmax(q kᵀ / sqrt(d)) v over the keys it sees, in fp32.
+ *
+ * A row's result depends only on its query and the keys it sees, taken in position order: the
+ * keys are gathered into a list first, so a tree node (which sees the cache and its ancestors,
+ * with its masked siblings in between) computes exactly what the same token computes in a chain
+ * or in a plain step, and nothing depends on how many rows share the call.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels.h"
+#include "simd.h"
+#include "threads.h"
+
+static void rotate(float *x, const float *cos, const float *sin, int64_t d) {
+    const int64_t half = d / 2;
+    for (int64_t i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * cos[i] - b * sin[i];
+        x[i + half] = b * cos[i + half] + a * sin[i + half];
+    }
+}
+
+/* softmax(q · keys[seen[j]] / sqrt(d) over j < n) · values -> out, for one row and head;
+ * scores: room for n rounded up to VL */
+static void attend(const float *q, const float *keys, const float *values, const int64_t *seen,
+                   int64_t n, int64_t d, float *scores, float *out) {
+    const float scale = 1.0f / sqrtf((float)d);
+    float max = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        const float *key = keys + seen[j] * d;
+        vf acc = vzero();
+        for (int64_t i = 0; i < d; i += VL) acc = vfma(vload(q + i), vload(key + i), acc);
+        scores[j] = vsum(acc) * scale;
+        if (scores[j] > max) max = scores[j];
+    }
+    for (int64_t j = n; j % VL; j++) scores[j] = -INFINITY; /* e^-inf = 0 fills the last vector */
+    vf total = vzero();
+    for (int64_t j = 0; j < n; j += VL) { /* p_j = e^(s_j - max) */
+        const vf p = vexp(vsub(vload(scores + j), vset1(max)));
+        vstore(scores + j, p);
+        total = vadd(total, p);
+    }
+    const vf norm = vset1(1.0f / vsum(total));
+    for (int64_t i = 0; i < d; i += VL) {
+        vf acc = vzero();
+        for (int64_t j = 0; j < n; j++)
+            acc = vfma(vset1(scores[j]), vload(values + seen[j] * d + i), acc);
+        vstore(out + i, vmul(acc, norm));
+    }
+}
+
+struct attention_job {
+    const float *qkv, *keys, *values;
+    const int64_t *seen, *count; /* row t sees keys seen[t * end .. + count[t]] */
+    float *out;
+    int64_t T, end, H, G, d, capacity;
+    int failed;
+};
+
+static void attention_task(void *context, int thread, int threads) {
+    struct attention_job *job = context;
+    const int64_t H = job->H, d = job->d, width = (H + 2 * job->G) * d, group = H / job->G;
+    float *scores = malloc(sizeof(float) * (size_t)(job->end + VL));
+    if (!scores) {
+        job->failed = 1; /* several threads may set it: they all write the same value */
+        return;
+    }
+    long long begin, end;
+    share(job->T * H, thread, threads, &begin, &end);
+    for (long long th = begin; th < end; th++) {
+        const int64_t t = th / H, h = th % H, g = h / group;
+        attend(job->qkv + t * width + h * d, job->keys + g * job->capacity * d,
+               job->values + g * job->capacity * d, job->seen + t * job->end, job->count[t], d,
+               scores, job->out + (t * H + h) * d);
+    }
+    free(scores);
+}
+
+int attention(float *qkv, float *keys, float *values, const float *cos, const float *sin,
+              const int64_t *positions, const uint8_t *mask, float *out, int64_t T,
+              int64_t start, int64_t H, int64_t G, int64_t d, int64_t capacity, int threads) {
+    if (d % 16 || H % G || start + T > capacity) return 1;
+    const int64_t width = (H + 2 * G) * d, end = start + T;
+    for (int64_t t = 0; t < T; t++) { /* rotate q and k, then append k and v to the cache */
+        float *row = qkv + t * width;
+        for (int64_t h = 0; h < H + G; h++)
+            rotate(row + h * d, cos + positions[t] * d, sin + positions[t] * d, d);
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t i = 0; i < d; i++) {
+                keys[(g * capacity + start + t) * d + i] = row[(H + g) * d + i];
+                values[(g * capacity + start + t) * d + i] = row[(H + G + g) * d + i];
+            }
+    }
+    int64_t *seen = malloc(sizeof(int64_t) * (size_t)(T * end + T));
+    if (!seen) return 2;
+    int64_t *count = seen + T * end;
+    for (int64_t t = 0; t < T; t++) { /* causal: row t sees positions 0..start+t */
+        int64_t n = 0;
+        for (int64_t j = 0; j < (mask ? end : start + t + 1); j++)
+            if (!mask || mask[t * end + j]) seen[t * end + n++] = j;
+        count[t] = n;
+    }
+    struct attention_job job = {qkv, keys, values, seen, count, out, T, end, H, G, d, capacity, 0};
+    run_parallel(threads, attention_task, &job);
+    free(seen);
+    return job.failed ? 2 : 0;
+}

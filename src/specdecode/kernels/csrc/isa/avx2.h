@@ -1,0 +1,43 @@
+/* AVX2 + FMA: 8 fp32 lanes, 16 vector registers. */
+#include <immintrin.h>
+
+#define ISA_NAME "avx2"
+#define VL 8
+/* rows x panels accumulators + the panels' weights + one broadcast within 16 registers */
+#define ROWS_PER_TILE 8
+#define MAX_PANELS 3
+#define PANELS_FOR(rows) ((rows) <= 3 ? 3 : (rows) <= 6 ? 2 : 1)
+
+typedef __m256 vf;
+
+static inline vf vzero(void) { return _mm256_setzero_ps(); }
+static inline vf vset1(float a) { return _mm256_set1_ps(a); }
+static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
+static inline void vstore(float *p, vf a) { _mm256_storeu_ps(p, a); }
+/* a bf16 number is the upper half of an fp32 one: widening is exact */
+static inline vf vload_bf16(const uint16_t *p) {
+    __m128i half = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+static inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
+static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
+static inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+static inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
+static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+static inline float vsum(vf a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+static inline vf vround(vf a) {
+    return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+static inline vf vpow2i(vf n) {
+    __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+}
+static inline vf vselect_lt(vf a, vf b, vf x, vf y) {
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
+}

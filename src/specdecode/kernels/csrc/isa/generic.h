@@ -1,0 +1,50 @@
+/* Portable C, no intrinsics: a vector is an array of 8 floats and every operation a loop over
+ * its lanes, which compilers vectorise for whatever the target has. Built with
+ * -ffp-contract=off, so a * b + c is never fused in one instance of a loop and not in another:
+ * every row's arithmetic is the same, as on the intrinsic paths. */
+#include <string.h>
+
+#define ISA_NAME "generic"
+#define VL 8
+#define ROWS_PER_TILE 8
+#define MAX_PANELS 2
+#define PANELS_FOR(rows) ((rows) <= 4 ? 2 : 1)
+
+typedef struct { float lane[VL]; } vf;
+
+#define LANEWISE(expr) vf r; for (int i = 0; i < VL; i++) r.lane[i] = (expr); return r
+static inline vf vzero(void) { LANEWISE(0.0f); }
+static inline vf vset1(float a) { LANEWISE(a); }
+static inline vf vload(const float *p) { LANEWISE(p[i]); }
+static inline void vstore(float *p, vf a) { for (int i = 0; i < VL; i++) p[i] = a.lane[i]; }
+static inline float bf16_to_f32(uint16_t h) { /* exact: bf16 is the upper half of fp32 */
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+static inline vf vload_bf16(const uint16_t *p) { LANEWISE(bf16_to_f32(p[i])); }
+static inline vf vadd(vf a, vf b) { LANEWISE(a.lane[i] + b.lane[i]); }
+static inline vf vsub(vf a, vf b) { LANEWISE(a.lane[i] - b.lane[i]); }
+static inline vf vmul(vf a, vf b) { LANEWISE(a.lane[i] * b.lane[i]); }
+static inline vf vdiv(vf a, vf b) { LANEWISE(a.lane[i] / b.lane[i]); }
+static inline vf vmax(vf a, vf b) { LANEWISE(a.lane[i] > b.lane[i] ? a.lane[i] : b.lane[i]); }
+static inline vf vmin(vf a, vf b) { LANEWISE(a.lane[i] < b.lane[i] ? a.lane[i] : b.lane[i]); }
+static inline vf vfma(vf a, vf b, vf c) { LANEWISE(a.lane[i] * b.lane[i] + c.lane[i]); }
+static inline float vsum(vf a) {
+    float s = a.lane[0];
+    for (int i = 1; i < VL; i++) s += a.lane[i];
+    return s;
+}
+/* adding and removing 1.5 * 2^23 rounds to an integer (ties to even) for |a| < 2^22 */
+static inline vf vround(vf a) { LANEWISE((a.lane[i] + 12582912.0f) - 12582912.0f); }
+static inline vf vpow2i(vf n) {
+    vf r;
+    for (int i = 0; i < VL; i++) {
+        uint32_t bits = (uint32_t)((int32_t)n.lane[i] + 127) << 23;
+        memcpy(&r.lane[i], &bits, sizeof(float));
+    }
+    return r;
+}
+static inline vf vselect_lt(vf a, vf b, vf x, vf y) { LANEWISE(a.lane[i] < b.lane[i] ? x.lane[i] : y.lane[i]); }
+#undef LANEWISE

@@ -1,0 +1,44 @@
+/* The functions the kernel library exports: the one list the Python side (`kernels/build.py`)
+ * reads its ctypes signatures from. Keep one prototype per statement.
+ *
+ * The contract every instruction-set path keeps: a row's result is bitwise the same whatever
+ * other rows share the call (a token scored alone, in a verification step or in a prefill), so
+ * speculative and plain greedy decoding stay token-identical. Paths may differ from each other in
+ * the last bits (vector width sets the order of the reductions); each is exact with itself.
+ *
+ * Return 0 on success, a positive code for arguments the kernel does not take.
+ */
+#ifndef SPECDECODE_KERNELS_H
+#define SPECDECODE_KERNELS_H
+#include <stdint.h>
+
+/* The instruction set compiled in ("avx512", "avx2", "neon", "generic"). */
+const char *kernel_isa(void);
+/* How rows are spread over threads: "OpenMP" or "pthreads". */
+const char *kernel_threading(void);
+/* fp32 lanes of one vector: the output rows of a packed weight panel. */
+int kernel_lanes(void);
+
+/* y = x @ w.T. x: [T, I] fp32; y: [T, O] fp32; w packed in panels of `kernel_lanes()` output
+ * rows, [ceil(O / lanes)][I][lanes], the rows past O zero; fp32 or bf16 (widened to fp32). */
+int linear_f32(const float *x, const float *w, float *y, int64_t T, int64_t I, int64_t O,
+               int threads);
+int linear_bf16(const float *x, const uint16_t *w, float *y, int64_t T, int64_t I, int64_t O,
+                int threads);
+
+/* Rotary embedding, KV-cache write and softmax attention of one layer for T new rows.
+ * qkv: [T, (H + 2 G) d], q and k rotated in place; keys, values: [G, capacity, d], the new k and v
+ * written at start..start+T-1; cos, sin: [>= max position + 1, d]; positions: [T];
+ * mask: [T, start + T] bytes, 1 where a row may attend, or NULL for causal; out: [T, H d].
+ * d must be a multiple of 16. */
+int attention(float *qkv, float *keys, float *values, const float *cos, const float *sin,
+              const int64_t *positions, const uint8_t *mask, float *out, int64_t T,
+              int64_t start, int64_t H, int64_t G, int64_t d, int64_t capacity, int threads);
+
+/* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w; x, out: [T, H]; H a multiple of 16. */
+int rms_norm(const float *x, const float *w, float *out, int64_t T, int64_t H, float eps);
+
+/* out[t] = silu(gate) * up where gate_up[t] = [gate; up]: [T, 2 I] -> [T, I]; I a multiple of 16. */
+int silu_mul(const float *gate_up, float *out, int64_t T, int64_t I);
+
+#endif

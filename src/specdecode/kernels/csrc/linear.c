@@ -1,0 +1,103 @@
+/* y = x @ w.T for the linear layers of a decoder, fp32 arithmetic, any instruction set (simd.h).
+ *
+ * Weights are packed in panels of VL output rows, [P = ceil(O / VL)][I][VL], fp32 or bf16 (widened
+ * to fp32 in registers), the rows past O zero. A tile holds `rows` rows of x against `nb` panels
+ * in rows x nb vector accumulators: for every k it loads nb weight vectors once and multiplies
+ * them with a broadcast x[t][k] of every row, so there are no horizontal sums and each weight byte
+ * is read from memory once per step for up to ROWS_PER_TILE rows (steps of a few tokens cost about
+ * what one costs: the bytes, not the multiplications, bound them). Longer inputs (prefill) loop
+ * tiles of rows over a panel group that stays in cache.
+ *
+ * Every output y[t][o] is one chain of multiply-adds over k = 0..I-1 in order, whatever T, the
+ * tile or the thread: a token's result is bitwise the same scored alone, in a verification step
+ * or in a prefill.
+ */
+#include "kernels.h"
+#include "simd.h"
+#include "threads.h"
+
+ALWAYS_INLINE vf load_weights(const void *w, int64_t i, const int bf16) {
+    return bf16 ? vload_bf16((const uint16_t *)w + i) : vload((const float *)w + i);
+}
+
+/* rows 0..rows-1 of x against panels p..p+nb-1; rows, nb and bf16 are constants after inlining,
+ * so the accumulators live in registers */
+ALWAYS_INLINE void tile(const int rows, const int nb, const int bf16, const float *x,
+                        const void *w, float *y, int64_t I, int64_t O, int64_t p) {
+    vf acc[ROWS_PER_TILE][MAX_PANELS];
+    for (int t = 0; t < rows; t++)
+        for (int b = 0; b < nb; b++) acc[t][b] = vzero();
+    for (int64_t k = 0; k < I; k++) {
+        vf wk[MAX_PANELS];
+        for (int b = 0; b < nb; b++) wk[b] = load_weights(w, ((p + b) * I + k) * VL, bf16);
+        for (int t = 0; t < rows; t++) {
+            const vf xk = vset1(x[t * I + k]);
+            for (int b = 0; b < nb; b++) acc[t][b] = vfma(xk, wk[b], acc[t][b]);
+        }
+    }
+    for (int b = 0; b < nb; b++) {
+        const int64_t o = (p + b) * VL;
+        const int n = O - o < VL ? (int)(O - o) : VL;
+        for (int t = 0; t < rows; t++) vstore_first(y + t * O + o, acc[t][b], n);
+    }
+}
+
+struct linear_job {
+    const float *x;
+    const void *w;
+    float *y;
+    int64_t T, I, O;
+};
+
+/* a group of PANELS_FOR(rows) panels at once; a short last group one panel at a time */
+#define CASE(ROWS) case ROWS: \
+    if (nb == PANELS_FOR(ROWS)) tile(ROWS, PANELS_FOR(ROWS), bf16, xr, job->w, yr, I, O, p); \
+    else for (int b = 0; b < nb; b++) tile(ROWS, 1, bf16, xr, job->w, yr, I, O, p + b); \
+    break;
+
+/* this thread's share of the output panels, for every row of x */
+ALWAYS_INLINE void linear_share(const struct linear_job *job, int thread, int threads,
+                                const int bf16) {
+    const int64_t T = job->T, I = job->I, O = job->O, P = (O + VL - 1) / VL;
+    const int64_t rows = T < ROWS_PER_TILE ? T : ROWS_PER_TILE, group = PANELS_FOR(rows);
+    long long begin, end;
+    share(P, thread, threads, &begin, &end);
+    for (int64_t p = begin; p < end; p += group) {
+        const int nb = p + group <= end ? (int)group : (int)(end - p);
+        for (int64_t r = 0; r < T; r += rows) {
+            const float *xr = job->x + r * I;
+            float *yr = job->y + r * O;
+            switch (T - r < rows ? T - r : rows) {
+                CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+            }
+        }
+    }
+}
+
+static void linear_f32_task(void *job, int thread, int threads) {
+    linear_share(job, thread, threads, 0);
+}
+
+static void linear_bf16_task(void *job, int thread, int threads) {
+    linear_share(job, thread, threads, 1);
+}
+
+int linear_f32(const float *x, const float *w, float *y, int64_t T, int64_t I, int64_t O,
+               int threads) {
+    if (T < 1) return 1;
+    struct linear_job job = {x, w, y, T, I, O};
+    run_parallel(threads, linear_f32_task, &job);
+    return 0;
+}
+
+int linear_bf16(const float *x, const uint16_t *w, float *y, int64_t T, int64_t I, int64_t O,
+                int threads) {
+    if (T < 1) return 1;
+    struct linear_job job = {x, w, y, T, I, O};
+    run_parallel(threads, linear_bf16_task, &job);
+    return 0;
+}
+
+const char *kernel_isa(void) { return ISA_NAME; }
+
+int kernel_lanes(void) { return VL; }

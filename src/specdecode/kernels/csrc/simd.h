@@ -1,0 +1,69 @@
+/* The vector operations the kernels are written in, one implementation per instruction set.
+ *
+ * The build defines one of SPECDECODE_AVX512, SPECDECODE_AVX2, SPECDECODE_NEON; without any,
+ * the portable C implementation is used. Each `isa/<name>.h` defines:
+ *
+ *   VL                   fp32 lanes of a vector (the panel width of packed weights)
+ *   vf                   the vector type
+ *   vzero vset1 vload vstore vload_bf16
+ *   vadd vsub vmul vdiv vmax vmin
+ *   vfma(a, b, c)        a * b + c, lane by lane (fused where the instruction set has it)
+ *   vsum(a)              the sum of the lanes, always in the same order
+ *   vround(a)            round to the nearest integer (ties to even)
+ *   vpow2i(n)            2^n for integral n in [-126, 127]
+ *   vselect_lt(a, b, x, y)  x where a < b, else y, lane by lane
+ *   ISA_NAME             "avx512", "avx2", "neon" or "generic"
+ *   ROWS_PER_TILE, MAX_PANELS, PANELS_FOR(rows)
+ *                        the linear kernel's tile: rows of x times panels held in registers
+ *
+ * Everything else (the exponential below, the kernels) is written once over these.
+ */
+#ifndef SPECDECODE_SIMD_H
+#define SPECDECODE_SIMD_H
+#include <stdint.h>
+#include <string.h>
+
+#if defined(SPECDECODE_AVX512)
+#include "isa/avx512.h"
+#elif defined(SPECDECODE_AVX2)
+#include "isa/avx2.h"
+#elif defined(SPECDECODE_NEON)
+#include "isa/neon.h"
+#else
+#include "isa/generic.h"
+#endif
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* store the first n lanes of a (n <= VL) */
+ALWAYS_INLINE void vstore_first(float *p, vf a, int n) {
+    if (n == VL) {
+        vstore(p, a);
+    } else {
+        float lanes[VL];
+        vstore(lanes, a);
+        memcpy(p, lanes, sizeof(float) * (size_t)n);
+    }
+}
+
+/* e^x = 2^n e^r with n = round(x / ln 2), |r| <= ln 2 / 2, and a degree-7 Taylor polynomial for
+ * e^r (relative error < 1e-8 before rounding). x is clamped to [-87.3, 88.3] so that 2^n is a
+ * normal number; below -87.3 (masked keys: -inf) the result is 0. */
+ALWAYS_INLINE vf vexp(vf x) {
+    const vf lo = vset1(-87.3f);
+    const vf c = vmin(vmax(x, lo), vset1(88.3f));
+    const vf n = vround(vmul(c, vset1(1.44269504088896341f)));
+    vf r = vfma(n, vset1(-0.693145751953125f), c); /* ln 2 in two parts: r stays exact */
+    r = vfma(n, vset1(-1.428606765330187e-06f), r);
+    vf p = vset1(1.0f / 5040);
+    p = vfma(p, r, vset1(1.0f / 720));
+    p = vfma(p, r, vset1(1.0f / 120));
+    p = vfma(p, r, vset1(1.0f / 24));
+    p = vfma(p, r, vset1(1.0f / 6));
+    p = vfma(p, r, vset1(0.5f));
+    p = vfma(p, r, vset1(1.0f));
+    p = vfma(p, r, vset1(1.0f));
+    return vselect_lt(x, lo, vzero(), vmul(p, vpow2i(n)));
+}
+
+#endif

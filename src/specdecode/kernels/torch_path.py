@@ -1,0 +1,105 @@
+"""The `torch` path: the kernels' operations in torch, for machines without a C compiler, and
+the attention of long inputs, which every path shares.
+
+Row invariance without control over the arithmetic: torch's matrix products and reductions may
+pick a different algorithm (and summation order) for a different number of rows, so for calls of
+up to ROW_INVARIANT_ROWS rows every row is computed by its own torch call of a shape that does not
+depend on the other rows. Each token then costs what a one-token step costs: verification is
+exact here but not cheap (BENCHMARKS.md has the speed).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..rope import rotate
+
+# Calls of up to this many rows are row-invariant on every path: decoding and verification steps.
+# Longer ones are prompt prefills, which every method computes in the same call, and take
+# torch's batched routines (its flash attention is faster than a plain loop over the keys there).
+ROW_INVARIANT_ROWS = 64
+
+
+def long_attention(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, cos: torch.Tensor,
+                   sin: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                   start: int, num_heads: int) -> torch.Tensor:
+    """`Kernels.attention` for calls of any length with torch's batched operations."""
+    T, G, d = qkv.shape[0], keys.shape[0], keys.shape[2]
+    end = start + T
+    heads = qkv.view(T, -1, d).transpose(0, 1)  # [H + 2 G, T, d]
+    qk = rotate(heads[: num_heads + G], cos[positions], sin[positions])  # q and k in one rotation
+    keys[:, start:end], values[:, start:end] = qk[num_heads:], heads[num_heads + G:]
+    if mask is None and T > 1 and start > 0:  # new row i sees the cached prefix and rows 0..i
+        mask = torch.arange(end)[None, :] <= torch.arange(start, end)[:, None]  # [T, end]
+    # 4-D inputs with enable_gqa take torch's CPU flash kernel (3-D inputs take the math path)
+    o = F.scaled_dot_product_attention(qk[None, :num_heads], keys[None, :, :end],
+                                       values[None, :, :end], attn_mask=mask,
+                                       is_causal=mask is None and T > 1, enable_gqa=True)[0]
+    return o.transpose(0, 1).reshape(T, num_heads * d)
+
+
+class TorchKernels:
+    """`Kernels` in torch operations; weights stay as stored ([O, I], fp32 or bf16)."""
+
+    name = "torch"
+    threading = "torch"
+
+    def fits(self, head_dim: int, widths: tuple[int, ...]) -> bool:
+        return True
+
+    def pack(self, w: torch.Tensor) -> torch.Tensor:
+        return w
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, out_features: int) -> torch.Tensor:
+        """x: [T, I] fp32, w: [O, I] -> x @ w.T: [T, O] fp32 (a bf16 weight is widened first: a
+        bf16 product would round the activations)."""
+        w = w.float()
+        if x.shape[0] > ROW_INVARIANT_ROWS:
+            return x @ w.T
+        # one product per row, always of shape [O, I] @ [I, 2]: measured with MKL, a single
+        # column takes a GEMV path at about half the memory bandwidth, two a GEMM at the floor
+        return torch.stack([(w @ torch.stack([row, row], 1))[:, 0] for row in x]) if len(x) \
+            else x.new_empty(0, out_features)
+
+    def attention(self, qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                  cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                  mask: torch.Tensor | None, start: int, num_heads: int) -> torch.Tensor:
+        T, G, d = qkv.shape[0], keys.shape[0], keys.shape[2]
+        if T > ROW_INVARIANT_ROWS:
+            return long_attention(qkv, keys, values, cos, sin, positions, mask, start, num_heads)
+        end = start + T
+        heads = qkv.view(T, -1, d).transpose(0, 1)  # [H + 2 G, T, d]
+        # element-wise operations round each element alone: batching them changes nothing
+        qk = rotate(heads[: num_heads + G], cos[positions], sin[positions])
+        keys[:, start:end], values[:, start:end] = qk[num_heads:], heads[num_heads + G:]
+        q = qk[:num_heads].transpose(0, 1).reshape(T, G, num_heads // G, d)  # [T, G, H / G, d]
+        out = []
+        for t in range(T):
+            # the keys this row sees, gathered in position order: a tree node computes what the
+            # same token computes in a chain, with tensors of the same shapes
+            seen = (torch.arange(start + t + 1) if mask is None else mask[t].nonzero()[:, 0])
+            k, v = keys[:, seen], values[:, seen]  # [G, n, d]
+            # (a fresh copy of the query: no product's input depends on the row's offset)
+            p = torch.softmax((q[t].clone() @ k.transpose(1, 2)) * d ** -0.5, dim=-1)  # [G, H/G, n]
+            out.append((p @ v).reshape(num_heads * d))
+        return torch.stack(out)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        def norm(rows: torch.Tensor) -> torch.Tensor:
+            return rows * torch.rsqrt(rows.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+        return norm(x) if x.shape[0] > ROW_INVARIANT_ROWS else _by_row(norm, x)
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        def swiglu(rows: torch.Tensor) -> torch.Tensor:
+            gate, up = rows.chunk(2, dim=-1)
+            return F.silu(gate) * up
+
+        return swiglu(gate_up) if gate_up.shape[0] > ROW_INVARIANT_ROWS else _by_row(swiglu, gate_up)
+
+
+def _by_row(fn, x: torch.Tensor) -> torch.Tensor:
+    """fn applied to each row of x ([T, ...]) as a [1, ...] tensor: a reduction or a vectorised
+    loop then never spans rows, whatever T."""
+    return torch.cat([fn(x[t : t + 1]) for t in range(x.shape[0])]) if x.shape[0] else fn(x)

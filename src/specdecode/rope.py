@@ -1,0 +1,40 @@
+"""Rotary position embedding (RoPE, Su et al. 2021) as transformers' Llama computes it: one module
+for the native model, its C and torch kernels, the EAGLE head's training layer and the tests."""
+
+from __future__ import annotations
+
+import torch
+
+
+def frequencies(config) -> tuple[torch.Tensor, float]:
+    """Inverse frequencies [d / 2] and the cos/sin scale of a transformers config:
+    1 / theta^(2i/d) for the default type, transformers' own function for scaled types."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    rope_type = rope.get("rope_type", "default")
+    if rope_type == "default":
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        exponents = torch.arange(0, dim, 2, dtype=torch.float) / dim
+        return 1.0 / (rope["rope_theta"] ** exponents), 1.0
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](config)
+    return inv_freq.float(), float(scale)
+
+
+def tables(inv_freq: torch.Tensor, scale: float, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [length, d] of positions 0..length-1 (the halves layout of HF Llama)."""
+    freqs = torch.outer(torch.arange(length, dtype=torch.float32), inv_freq)
+    angles = torch.cat([freqs, freqs], dim=-1)
+    return angles.cos() * scale, angles.sin() * scale
+
+
+def config_tables(config, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`tables` for a transformers config: what the model built from it uses."""
+    return tables(*frequencies(config), length)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin. x: [..., T, d]; cos, sin: [T, d]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin

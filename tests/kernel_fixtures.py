@@ -1,0 +1,45 @@
+"""`kernel_path`: every kernel path, as the tests run it on this machine.
+
+C paths the CPU runs are built and loaded; `generic-pthreads` is the portable path built without
+OpenMP (the library's own thread pool, as with Apple's clang); `neon` runs natively on 64-bit ARM
+and, elsewhere, emulated (tests/kernels/emulated.py) when the cross compiler and qemu are installed.
+A path that cannot run here is skipped with the reason (`make test` lists the reasons); with
+SPECDECODE_TEST_NEON=required (set by .ci/run) the emulated neon path must run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from specdecode import kernels
+from specdecode.kernels.native import CKernels
+
+KERNEL_PATHS = ["avx512", "avx2", "neon", "generic", "generic-pthreads", "torch"]
+
+
+@pytest.fixture(scope="session")
+def emulated_neon(tmp_path_factory):
+    from kernels.emulated import INSTALL, EmulatedLibrary, build_driver, missing_tools
+
+    missing = missing_tools()
+    if missing:
+        # CI installs the tools (.ci/run) and sets this: there a missing tool is a failure
+        skip_or_fail = pytest.fail if os.environ.get("SPECDECODE_TEST_NEON") == "required" \
+            else pytest.skip
+        skip_or_fail(f"neon: no ARM CPU here and {' and '.join(missing)} missing to emulate one "
+                    f"({INSTALL})")
+    library = EmulatedLibrary(build_driver(tmp_path_factory.mktemp("neon") / "driver"))
+    yield CKernels(library)
+    library.close()
+
+
+@pytest.fixture(scope="session", params=KERNEL_PATHS)
+def kernel_path(request) -> kernels.Kernels:
+    name, openmp = request.param.removesuffix("-pthreads"), not request.param.endswith("-pthreads")
+    here = kernels.runnable()
+    if name == "neon" and name not in here:
+        return request.getfixturevalue("emulated_neon")
+    if name not in here:
+        pytest.skip(f"{name}: this machine runs only {', '.join(here)}")
+    return kernels.load(name, openmp)

@@ -1,0 +1,124 @@
+"""The `neon` kernels on an x86 machine: the library cross-compiled for aarch64 with Debian's
+gcc-aarch64-linux-gnu, linked into `neon_driver.c` and run under qemu-aarch64 (Debian's
+qemu-user). `EmulatedLibrary` has the library's functions with their pointer arguments and ships
+each call to the driver, so `kernels.native.CKernels` and every kernel test run on it unchanged."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from specdecode.kernels import build
+
+CROSS_COMPILER, EMULATOR = "aarch64-linux-gnu-gcc", "qemu-aarch64"
+DRIVER = Path(__file__).with_name("neon_driver.c")
+INSTALL = "apt-get install gcc-aarch64-linux-gnu qemu-user"
+
+
+def missing_tools() -> list[str]:
+    return [tool for tool in (CROSS_COMPILER, EMULATOR) if shutil.which(tool) is None]
+
+
+def build_driver(out: Path) -> Path:
+    """The driver with the neon kernels, statically linked (qemu then needs no aarch64 libc)."""
+    sources = sorted(build.SOURCES.glob("*.c"))
+    command = [CROSS_COMPILER, *build.OPTIMIZE, *build.FLAGS["neon"], "-fopenmp", "-static",
+               f"-I{build.SOURCES}", *map(str, sources), str(DRIVER), "-o", str(out), "-lm"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def _read(pointer: int, count: int, dtype) -> bytes:
+    return ctypes.string_at(pointer, count * np.dtype(dtype).itemsize)
+
+
+class EmulatedLibrary:
+    """The kernel library's functions (same arguments as kernels.h), run by the driver."""
+
+    def __init__(self, driver: Path) -> None:
+        self._process = subprocess.Popen([EMULATOR, str(driver)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE)
+        self._send(struct.pack("<i", 0))
+        self._status()
+        self.lanes = struct.unpack("<i", self._receive(4))[0]
+        names = self._receive(32)
+        self.isa, self.threading = (names[i : i + 16].rstrip(b"\0") for i in (0, 16))
+
+    def close(self) -> None:
+        self._process.stdin.close()
+        self._process.wait(timeout=10)
+
+    def _send(self, data: bytes) -> None:
+        self._process.stdin.write(data)
+
+    def _receive(self, count: int) -> bytes:
+        data = self._process.stdout.read(count)
+        assert len(data) == count, "the emulated driver stopped"
+        return data
+
+    def _status(self) -> int:
+        self._process.stdin.flush()
+        return struct.unpack("<i", self._receive(4))[0]
+
+    def _answer(self, pointer: int, count: int, dtype=np.float32) -> None:
+        data = self._receive(count * np.dtype(dtype).itemsize)
+        ctypes.memmove(pointer, data, len(data))
+
+    def kernel_isa(self) -> bytes:
+        return self.isa
+
+    def kernel_threading(self) -> bytes:
+        return self.threading
+
+    def kernel_lanes(self) -> int:
+        return self.lanes
+
+    def _linear(self, op: int, x, w, y, T, I, O, threads, weight_type) -> int:
+        panels = -(-O // self.lanes)
+        self._send(struct.pack("<i4q", op, T, I, O, threads) + _read(x, T * I, np.float32)
+                   + _read(w, panels * I * self.lanes, weight_type))
+        status = self._status()
+        self._answer(y, T * O)
+        return status
+
+    def linear_f32(self, x, w, y, T, I, O, threads) -> int:
+        return self._linear(1, x, w, y, T, I, O, threads, np.float32)
+
+    def linear_bf16(self, x, w, y, T, I, O, threads) -> int:
+        return self._linear(2, x, w, y, T, I, O, threads, np.uint16)
+
+    def attention(self, qkv, keys, values, cos, sin, positions, mask, out, T, start, H, G, d,
+                  capacity, threads) -> int:
+        rope_rows = int(np.frombuffer(_read(positions, T, np.int64), np.int64).max()) + 1
+        width, cache = (H + 2 * G) * d, G * capacity * d
+        self._send(struct.pack("<i9q", 3, T, start, H, G, d, capacity, threads, rope_rows,
+                               mask is not None)
+                   + _read(qkv, T * width, np.float32) + _read(keys, cache, np.float32)
+                   + _read(values, cache, np.float32) + _read(cos, rope_rows * d, np.float32)
+                   + _read(sin, rope_rows * d, np.float32) + _read(positions, T, np.int64)
+                   + (b"" if mask is None else _read(mask, T * (start + T), np.uint8)))
+        status = self._status()
+        self._answer(out, T * H * d)
+        self._answer(qkv, T * width)
+        self._answer(keys, cache)
+        self._answer(values, cache)
+        return status
+
+    def rms_norm(self, x, w, out, T, H, eps) -> int:
+        self._send(struct.pack("<i2qf", 4, T, H, eps) + _read(x, T * H, np.float32)
+                   + _read(w, H, np.float32))
+        status = self._status()
+        self._answer(out, T * H)
+        return status
+
+    def silu_mul(self, gate_up, out, T, I) -> int:
+        self._send(struct.pack("<i2q", 5, T, I) + _read(gate_up, T * 2 * I, np.float32))
+        status = self._status()
+        self._answer(out, T * I)
+        return status

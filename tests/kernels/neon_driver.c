@@ -1,0 +1,100 @@
+/* Runs the kernel library of another machine (built for aarch64 and run under qemu-aarch64) on
+ * behalf of the tests: reads a call from stdin, runs it, writes the outputs to stdout. The tests'
+ * `EmulatedLibrary` (emulated.py) speaks the other side; every number is little-endian.
+ *
+ * A call: int32 operation, then its int64 sizes (and float eps for rms_norm), then its input
+ * arrays in argument order. The answer: int32 status, then the output arrays (for attention also
+ * qkv, keys and values, which the kernel changes in place). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+static void get(void *p, size_t bytes) {
+    if (bytes && fread(p, 1, bytes, stdin) != bytes) exit(0); /* the tests closed the pipe */
+}
+static void put(const void *p, size_t bytes) {
+    if (bytes) fwrite(p, 1, bytes, stdout);
+}
+static void *read_array(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) exit(3);
+    get(p, bytes);
+    return p;
+}
+static int64_t size(void) {
+    int64_t v;
+    get(&v, sizeof v);
+    return v;
+}
+
+int main(void) {
+    for (;;) {
+        int32_t op, status = 0;
+        get(&op, sizeof op);
+        if (op == 0) { /* lanes, then the isa and threading names in 16 bytes each */
+            char names[32] = {0};
+            int32_t lanes = kernel_lanes();
+            strncpy(names, kernel_isa(), 15);
+            strncpy(names + 16, kernel_threading(), 15);
+            put(&status, sizeof status);
+            put(&lanes, sizeof lanes);
+            put(names, sizeof names);
+        } else if (op == 1 || op == 2) { /* linear_f32, linear_bf16: T I O threads; x w -> y */
+            int64_t T = size(), I = size(), O = size(), threads = size();
+            int64_t P = (O + kernel_lanes() - 1) / kernel_lanes();
+            float *x = read_array(sizeof(float) * T * I);
+            void *w = read_array((op == 1 ? 4 : 2) * P * I * kernel_lanes());
+            float *y = calloc(T * O + 1, sizeof(float));
+            status = op == 1 ? linear_f32(x, w, y, T, I, O, threads)
+                             : linear_bf16(x, w, y, T, I, O, threads);
+            put(&status, sizeof status);
+            put(y, sizeof(float) * T * O);
+            free(x), free(w), free(y);
+        } else if (op == 3) { /* attention: T start H G d capacity threads rope_rows has_mask;
+                                 qkv keys values cos sin positions [mask] -> out qkv keys values */
+            int64_t T = size(), start = size(), H = size(), G = size(), d = size();
+            int64_t capacity = size(), threads = size(), rope_rows = size(), has_mask = size();
+            size_t qkv_bytes = sizeof(float) * T * (H + 2 * G) * d;
+            size_t cache_bytes = sizeof(float) * G * capacity * d;
+            float *qkv = read_array(qkv_bytes), *keys = read_array(cache_bytes);
+            float *values = read_array(cache_bytes);
+            float *cos = read_array(sizeof(float) * rope_rows * d);
+            float *sin = read_array(sizeof(float) * rope_rows * d);
+            int64_t *positions = read_array(sizeof(int64_t) * T);
+            uint8_t *mask = has_mask ? read_array((size_t)(T * (start + T))) : NULL;
+            float *out = calloc(T * H * d + 1, sizeof(float));
+            status = attention(qkv, keys, values, cos, sin, positions, mask, out, T, start, H, G,
+                               d, capacity, threads);
+            put(&status, sizeof status);
+            put(out, sizeof(float) * T * H * d);
+            put(qkv, qkv_bytes);
+            put(keys, cache_bytes);
+            put(values, cache_bytes);
+            free(qkv), free(keys), free(values), free(cos), free(sin), free(positions);
+            free(mask), free(out);
+        } else if (op == 4) { /* rms_norm: T H eps(float); x w -> out */
+            int64_t T = size(), H = size();
+            float eps;
+            get(&eps, sizeof eps);
+            float *x = read_array(sizeof(float) * T * H), *w = read_array(sizeof(float) * H);
+            float *out = calloc(T * H + 1, sizeof(float));
+            status = rms_norm(x, w, out, T, H, eps);
+            put(&status, sizeof status);
+            put(out, sizeof(float) * T * H);
+            free(x), free(w), free(out);
+        } else if (op == 5) { /* silu_mul: T I; gate_up -> out */
+            int64_t T = size(), I = size();
+            float *gate_up = read_array(sizeof(float) * T * 2 * I);
+            float *out = calloc(T * I + 1, sizeof(float));
+            status = silu_mul(gate_up, out, T, I);
+            put(&status, sizeof status);
+            put(out, sizeof(float) * T * I);
+            free(gate_up), free(out);
+        } else {
+            return 2;
+        }
+        fflush(stdout);
+    }
+}
