@@ -42,32 +42,43 @@ def weight_bytes(model: LoadedModel, dtype: torch.dtype) -> int:
     return total * torch.finfo(dtype).bits // 8
 
 
-def step_seconds(model: LoadedModel, tokens: int, context: int = 256, repeats: int = 9) -> float:
-    """Median time of one target forward over `tokens` new tokens after `context` cached ones."""
+def step_seconds(model: LoadedModel, sizes: tuple[int, ...], context: int = 256,
+                 repeats: int = 15) -> dict[int, float]:
+    """Median time of one target forward over n new tokens after `context` cached ones, for each n
+    in `sizes`; the sizes take turns in every repeat, so a drift in the machine's speed (its memory
+    bandwidth moves by tens of percent here) hits them alike and their ratios hold."""
     target = model.target
-    context = max(1, min(context, target.max_length - tokens))
-    ids = torch.randint(0, target.vocab_size, (context + tokens,))
+    longest = max(sizes)
+    context = max(1, min(context, target.max_length - longest))
+    ids = torch.randint(0, target.vocab_size, (context + longest,))
     target.reset()
     target.prefill(ids[:context])
 
-    def step():
+    def step(n: int) -> float:
         target.rollback(context)
-        target.forward(ids[context:])
+        started = time.perf_counter()
+        target.forward(ids[context : context + n])
+        return time.perf_counter() - started
 
-    seconds = _median_seconds(step, repeats)
+    for n in sizes:  # warm-up: first-touch page faults and kernel selection are not a step
+        step(n)
+    times = {n: [] for n in sizes}
+    for _ in range(repeats):
+        for n in sizes:
+            times[n].append(step(n))
     target.reset()
-    return seconds
+    return {n: statistics.median(t) for n, t in times.items()}
 
 
 def floor_report(model: LoadedModel, dtype: torch.dtype, sizes=(1, 4, 8, 16)) -> str:
     bandwidth = measure_bandwidth(dtype)
     nbytes = weight_bytes(model, dtype)
     floor = nbytes / bandwidth
-    one = step_seconds(model, 1)
+    seconds = step_seconds(model, sizes)
+    one = seconds[sizes[0]]
     lines = [f"floor: bandwidth {bandwidth / 1e9:.1f} GB/s (streaming read), {dtype} weights "
              f"{nbytes / 1e6:.0f} MB -> floor {floor * 1e3:.1f} ms/step"]
-    for n in sizes:
-        s = one if n == 1 else step_seconds(model, n)
+    for n, s in seconds.items():
         lines.append(f"  step over {n:>2} new tokens: {s * 1e3:6.1f} ms = {s / floor:.2f}x floor, "
-                     f"{s / one:.2f}x a 1-token step")
+                     f"{s / one:.2f}x a {sizes[0]}-token step")
     return "\n".join(lines)

@@ -26,32 +26,56 @@ static void rotate(float *x, const float *cos, const float *sin, int64_t d) {
     }
 }
 
+/* scores[j] = q · keys[seen[j]] * scale for j in [from, from + KEYS): KEYS independent chains
+ * (one FMA chain is latency-bound), each over d in order as for a key taken alone */
+ALWAYS_INLINE void dot_keys(const int KEYS, const float *q, const float *keys, const int64_t *seen,
+                            int64_t from, int64_t d, float scale, float *scores) {
+    vf acc[4];
+    for (int k = 0; k < KEYS; k++) acc[k] = vzero();
+    for (int64_t i = 0; i < d; i += VL) {
+        const vf qi = vload(q + i);
+        for (int k = 0; k < KEYS; k++)
+            acc[k] = vfma(qi, vload(keys + seen[from + k] * d + i), acc[k]);
+    }
+    for (int k = 0; k < KEYS; k++) scores[from + k] = vsum(acc[k]) * scale;
+}
+
+/* out[i..i+WIDTH) = sum over j of p_j values[seen[j]][i..i+WIDTH), in order of j, for WIDTH / VL
+ * independent accumulators */
+ALWAYS_INLINE void weigh_values(const int WIDTH, const float *p, const float *values,
+                                const int64_t *seen, int64_t n, int64_t d, int64_t i, vf norm,
+                                float *out) {
+    vf acc[64 / 4];
+    for (int b = 0; b < WIDTH / VL; b++) acc[b] = vzero();
+    for (int64_t j = 0; j < n; j++) {
+        const vf pj = vset1(p[j]);
+        const float *v = values + seen[j] * d + i;
+        for (int b = 0; b < WIDTH / VL; b++) acc[b] = vfma(pj, vload(v + b * VL), acc[b]);
+    }
+    for (int b = 0; b < WIDTH / VL; b++) vstore(out + i + b * VL, vmul(acc[b], norm));
+}
+
 /* softmax(q · keys[seen[j]] / sqrt(d) over j < n) · values -> out, for one row and head;
  * scores: room for n rounded up to VL */
 static void attend(const float *q, const float *keys, const float *values, const int64_t *seen,
                    int64_t n, int64_t d, float *scores, float *out) {
     const float scale = 1.0f / sqrtf((float)d);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) dot_keys(4, q, keys, seen, j, d, scale, scores);
+    for (; j < n; j++) dot_keys(1, q, keys, seen, j, d, scale, scores);
     float max = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
-        const float *key = keys + seen[j] * d;
-        vf acc = vzero();
-        for (int64_t i = 0; i < d; i += VL) acc = vfma(vload(q + i), vload(key + i), acc);
-        scores[j] = vsum(acc) * scale;
-        if (scores[j] > max) max = scores[j];
-    }
-    for (int64_t j = n; j % VL; j++) scores[j] = -INFINITY; /* e^-inf = 0 fills the last vector */
+    for (j = 0; j < n; j++) max = scores[j] > max ? scores[j] : max;
+    for (j = n; j % VL; j++) scores[j] = -INFINITY; /* e^-inf = 0 fills the last vector */
     vf total = vzero();
-    for (int64_t j = 0; j < n; j += VL) { /* p_j = e^(s_j - max) */
+    for (j = 0; j < n; j += VL) { /* p_j = e^(s_j - max) */
         const vf p = vexp(vsub(vload(scores + j), vset1(max)));
         vstore(scores + j, p);
         total = vadd(total, p);
     }
     const vf norm = vset1(1.0f / vsum(total));
-    for (int64_t i = 0; i < d; i += VL) {
-        vf acc = vzero();
-        for (int64_t j = 0; j < n; j++)
-            acc = vfma(vset1(scores[j]), vload(values + seen[j] * d + i), acc);
-        vstore(out + i, vmul(acc, norm));
+    for (int64_t i = 0; i < d; i += d % 64 ? 16 : 64) {
+        if (d % 64) weigh_values(16, scores, values, seen, n, d, i, norm, out);
+        else weigh_values(64, scores, values, seen, n, d, i, norm, out);
     }
 }
 

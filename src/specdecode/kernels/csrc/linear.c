@@ -49,10 +49,14 @@ struct linear_job {
     int64_t T, I, O;
 };
 
-/* a group of PANELS_FOR(rows) panels at once; a short last group one panel at a time */
-#define CASE(ROWS) case ROWS: \
-    if (nb == PANELS_FOR(ROWS)) tile(ROWS, PANELS_FOR(ROWS), bf16, xr, job->w, yr, I, O, p); \
-    else for (int b = 0; b < nb; b++) tile(ROWS, 1, bf16, xr, job->w, yr, I, O, p + b); \
+/* `rows` rows against `nb` panels with both as constants; nb <= PANELS_FOR(rows), because a
+ * group holds PANELS_FOR(tile rows) panels and PANELS_FOR never grows with the rows */
+#define PANELS(ROWS, NB) case NB: \
+    if (NB <= PANELS_FOR(ROWS)) tile(ROWS, NB, bf16, xr, job->w, yr, I, O, p); \
+    break;
+#define ROWS(R) case R: \
+    if (R <= ROWS_PER_TILE) \
+        switch (nb) { PANELS(R, 1) PANELS(R, 2) PANELS(R, 3) PANELS(R, 4) } \
     break;
 
 /* this thread's share of the output panels, for every row of x */
@@ -68,7 +72,7 @@ ALWAYS_INLINE void linear_share(const struct linear_job *job, int thread, int th
             const float *xr = job->x + r * I;
             float *yr = job->y + r * O;
             switch (T - r < rows ? T - r : rows) {
-                CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+                ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8)
             }
         }
     }

@@ -47,7 +47,8 @@ static struct {
     task_fn task;
     void *context;
     int threads;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+} pool = {.call = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER};
 
 /* a forked child has none of the parent's workers: it starts its own */
 static void forget_workers(void) {

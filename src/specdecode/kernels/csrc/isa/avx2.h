@@ -3,10 +3,11 @@
 
 #define ISA_NAME "avx2"
 #define VL 8
-/* rows x panels accumulators + the panels' weights + one broadcast within 16 registers */
-#define ROWS_PER_TILE 8
+/* 4 x 3 accumulators, 3 weight vectors and one broadcast fill the 16 registers; of the tiles that
+ * fit, this one measured fastest for steps of 4-16 rows (BENCHMARKS.md, kernel paths) */
+#define ROWS_PER_TILE 4
 #define MAX_PANELS 3
-#define PANELS_FOR(rows) ((rows) <= 3 ? 3 : (rows) <= 6 ? 2 : 1)
+#define PANELS_FOR(rows) 3
 
 typedef __m256 vf;
 
