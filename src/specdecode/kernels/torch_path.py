@@ -57,9 +57,10 @@ class TorchKernels:
         w = w.float()
         if x.shape[0] > ROW_INVARIANT_ROWS:
             return x @ w.T
-        # one product per row, always of shape [O, I] @ [I, 2]: measured with MKL, a single
-        # column takes a GEMV path at about half the memory bandwidth, two a GEMM at the floor
-        return torch.stack([(w @ torch.stack([row, row], 1))[:, 0] for row in x]) if len(x) \
+        # one product per row, always of the same shapes and layout, [O, I] @ [2, I].T (the row
+        # twice, column-major): with MKL a single column takes a GEMV path well below the memory
+        # bandwidth, and a row-major [I, 2] a slow one (BENCHMARKS.md, kernel paths)
+        return torch.stack([(w @ torch.stack([row, row]).T)[:, 0] for row in x]) if len(x) \
             else x.new_empty(0, out_features)
 
     def attention(self, qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
