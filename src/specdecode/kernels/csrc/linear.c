@@ -86,20 +86,22 @@ static void linear_bf16_task(void *job, int thread, int threads) {
     linear_share(job, thread, threads, 1);
 }
 
-int linear_f32(const float *x, const float *w, float *y, int64_t T, int64_t I, int64_t O,
-               int threads) {
+static int linear(task_fn task, const float *x, const void *w, float *y, int64_t T, int64_t I,
+                  int64_t O, int threads) {
     if (T < 1) return 1;
     struct linear_job job = {x, w, y, T, I, O};
-    run_parallel(threads, linear_f32_task, &job);
+    run_parallel(threads, task, &job);
     return 0;
+}
+
+int linear_f32(const float *x, const float *w, float *y, int64_t T, int64_t I, int64_t O,
+               int threads) {
+    return linear(linear_f32_task, x, w, y, T, I, O, threads);
 }
 
 int linear_bf16(const float *x, const uint16_t *w, float *y, int64_t T, int64_t I, int64_t O,
                 int threads) {
-    if (T < 1) return 1;
-    struct linear_job job = {x, w, y, T, I, O};
-    run_parallel(threads, linear_bf16_task, &job);
-    return 0;
+    return linear(linear_bf16_task, x, w, y, T, I, O, threads);
 }
 
 const char *kernel_isa(void) { return ISA_NAME; }

@@ -1,12 +1,13 @@
 /* The vector operations the kernels are written in, one implementation per instruction set.
  *
  * The build defines one of SPECDECODE_AVX512, SPECDECODE_AVX2, SPECDECODE_NEON; without any,
- * the portable C implementation is used. Each `isa/<name>.h` defines:
+ * the portable C implementation is used. Each `isa/<name>.h` defines (what AVX2 and AVX-512
+ * name alike is in `isa/x86.h`):
  *
  *   VL                   fp32 lanes of a vector (the panel width of packed weights)
  *   vf                   the vector type
  *   vzero vset1 vload vstore vload_bf16
- *   vadd vsub vmul vdiv vmax vmin
+ *   vadd vsub vmul vdiv vmax vmin  (or VEC(op), the intrinsic's name, to take simd.h's)
  *   vfma(a, b, c)        a * b + c, lane by lane (fused where the instruction set has it)
  *   vsum(a)              the sum of the lanes, always in the same order
  *   vround(a)            round to the nearest integer (ties to even)
@@ -34,6 +35,16 @@
 #endif
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+#ifdef VEC /* instruction sets whose element-wise intrinsics are named alike: VEC(add) is
+              _mm512_add_ps, _mm256_add_ps or vaddq_f32 (the portable set defines its own) */
+static inline vf vadd(vf a, vf b) { return VEC(add)(a, b); }
+static inline vf vsub(vf a, vf b) { return VEC(sub)(a, b); }
+static inline vf vmul(vf a, vf b) { return VEC(mul)(a, b); }
+static inline vf vdiv(vf a, vf b) { return VEC(div)(a, b); }
+static inline vf vmax(vf a, vf b) { return VEC(max)(a, b); }
+static inline vf vmin(vf a, vf b) { return VEC(min)(a, b); }
+#endif
 
 /* store the first n lanes of a (n <= VL) */
 ALWAYS_INLINE void vstore_first(float *p, vf a, int n) {

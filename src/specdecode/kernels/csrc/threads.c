@@ -1,7 +1,8 @@
 /* `run_parallel` (threads.h): OpenMP, or a persistent pool of POSIX threads.
  *
- * The pool exists because a decoding step makes ~150 kernel calls of ~0.1 ms each: creating
- * threads per call would cost more than the work. Workers spin briefly between calls (the next
+ * The pool exists because a decoding step makes one kernel call per linear layer, norm and
+ * attention, each a fraction of a millisecond: creating threads per call would cost more than the
+ * work. Workers spin briefly between calls (the next
  * one usually comes within microseconds), then sleep on a condition variable. */
 #include "kernels.h"
 #include "threads.h"

@@ -9,24 +9,15 @@
 #define MAX_PANELS 3
 #define PANELS_FOR(rows) 3
 
+#define VEC(op) _mm256_##op##_ps /* vadd, vsub, .. in simd.h */
 typedef __m256 vf;
+#include "x86.h"
 
-static inline vf vzero(void) { return _mm256_setzero_ps(); }
-static inline vf vset1(float a) { return _mm256_set1_ps(a); }
-static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
-static inline void vstore(float *p, vf a) { _mm256_storeu_ps(p, a); }
 /* a bf16 number is the upper half of an fp32 one: widening is exact */
 static inline vf vload_bf16(const uint16_t *p) {
     __m128i half = _mm_loadu_si128((const __m128i *)p);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
 }
-static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
-static inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
-static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-static inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
-static inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
-static inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
-static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline float vsum(vf a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

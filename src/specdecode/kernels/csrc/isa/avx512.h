@@ -8,24 +8,15 @@
 #define MAX_PANELS 4
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
 
+#define VEC(op) _mm512_##op##_ps /* vadd, vsub, .. in simd.h */
 typedef __m512 vf;
+#include "x86.h"
 
-static inline vf vzero(void) { return _mm512_setzero_ps(); }
-static inline vf vset1(float a) { return _mm512_set1_ps(a); }
-static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
-static inline void vstore(float *p, vf a) { _mm512_storeu_ps(p, a); }
 /* a bf16 number is the upper half of an fp32 one: widening is exact */
 static inline vf vload_bf16(const uint16_t *p) {
     __m256i half = _mm256_loadu_si256((const __m256i *)p);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
-static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
-static inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
-static inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-static inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
-static inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
-static inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
-static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
 static inline vf vround(vf a) {
     return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

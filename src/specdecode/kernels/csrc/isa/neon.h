@@ -8,6 +8,7 @@
 #define MAX_PANELS 4
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
 
+#define VEC(op) v##op##q_f32 /* vadd, vsub, .. in simd.h */
 typedef float32x4_t vf;
 
 static inline vf vzero(void) { return vdupq_n_f32(0.0f); }
@@ -18,12 +19,6 @@ static inline void vstore(float *p, vf a) { vst1q_f32(p, a); }
 static inline vf vload_bf16(const uint16_t *p) {
     return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
 }
-static inline vf vadd(vf a, vf b) { return vaddq_f32(a, b); }
-static inline vf vsub(vf a, vf b) { return vsubq_f32(a, b); }
-static inline vf vmul(vf a, vf b) { return vmulq_f32(a, b); }
-static inline vf vdiv(vf a, vf b) { return vdivq_f32(a, b); }
-static inline vf vmax(vf a, vf b) { return vmaxq_f32(a, b); }
-static inline vf vmin(vf a, vf b) { return vminq_f32(a, b); }
 static inline vf vfma(vf a, vf b, vf c) { return vfmaq_f32(c, a, b); }
 static inline float vsum(vf a) { return vaddvq_f32(a); }
 static inline vf vround(vf a) { return vrndnq_f32(a); }
