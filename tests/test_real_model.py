@@ -3,8 +3,7 @@ methods give exactly the greedy tokens of plain decoding on Spec-Bench prompts."
 
 import pytest
 
-from specdecode.bench.specbench import load_questions, select
-from specdecode.drafters import DrafterOptions
+from specdecode.app.bench.specbench import load_questions, select
 from specdecode.pipeline import SpecDecoder
 
 pytestmark = pytest.mark.real_model
@@ -26,20 +25,23 @@ def plain_outputs(default_model, prompts):
 
 
 # skipping 4 middle layers of 30 drafts well enough to exercise accept and reject paths
-SKIP_MIDDLE = DrafterOptions(layers=tuple(i for i in range(30) if i not in range(12, 16)))
+SKIP_MIDDLE = {"layers": tuple(i for i in range(30) if i not in range(12, 16))}
 
 
 @pytest.mark.parametrize("method,options", [
-    ("lookup", DrafterOptions()),
-    ("layerskip", DrafterOptions()),  # the shipped profile for the default model
+    ("lookup", {}),
+    ("layerskip", {}),  # the shipped profile for the default model
     ("layerskip", SKIP_MIDDLE),
-], ids=["lookup", "layerskip-profile", "layerskip-26-layers"])
-def test_real_model_greedy_tokens_equal_plain(default_model, prompts, plain_outputs, method, options):
-    decoder = SpecDecoder(default_model, method, options, k=4)
+    ("eagle", {}),  # the shipped heads
+    ("medusa", {}),
+], ids=["lookup", "layerskip-profile", "layerskip-26-layers", "eagle", "medusa"])
+def test_real_model_greedy_tokens_equal_plain(default_model, prompts, plain_outputs, method,
+                                              options):
+    decoder = SpecDecoder(default_model, method, k=4, **options)
     for prompt, expected in zip(prompts, plain_outputs):
         result = decoder.generate(prompt, max_new_tokens=64)
         assert result.token_ids == expected
-    if options.layers:
+    if options or method in ("eagle", "medusa"):
         assert result.stats.drafted > 0  # the draft path really ran
 
 

@@ -1,16 +1,18 @@
 """specdecode: lossless speculative decoding for LLMs on ordinary hardware."""
 
-from .drafters import DRAFTERS, Draft, Drafter, DrafterOptions, register
-from .engine import GenerationConfig, GenerationResult
+from .core.engine import GenerationResult
+from .core.metrics import RunStats
+from .core.sampling import SamplingParams
+from .core.sequence import GenerationConfig
+from .drafters import DRAFTERS, Draft, Drafter, option, register
 from .errors import SpecDecodeError
-from .metrics import RunStats
 from .models import DEFAULT_MODEL, load_model
-from .pipeline import DEFAULT_METHOD, SpecDecoder
-from .sampling import SamplingParams
+from .pipeline import SpecDecoder
+from .spec import DEFAULT_METHOD, DecodingSpec, resolve
 
 __version__ = "0.1.0"
 __all__ = [
-    "DEFAULT_METHOD", "DEFAULT_MODEL", "DRAFTERS", "Draft", "Drafter", "DrafterOptions",
+    "DEFAULT_METHOD", "DEFAULT_MODEL", "DRAFTERS", "DecodingSpec", "Draft", "Drafter",
     "GenerationConfig", "GenerationResult", "RunStats", "SamplingParams", "SpecDecodeError",
-    "SpecDecoder", "load_model", "register",
+    "SpecDecoder", "load_model", "option", "register", "resolve",
 ]

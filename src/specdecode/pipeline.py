@@ -10,38 +10,39 @@ The CLI, the benchmark and the server are users of this class; none of them owns
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
-from .drafters import Drafter, DrafterOptions, DraftLength, create_drafter
-from .engine import Chunk, GenerationConfig, GenerationResult, collect, stream
+from .core.engine import Chunk, GenerationResult, collect, stream
+from .core.sampling import SamplingParams
+from .core.sequence import DraftLength, GenerationConfig
+from .drafters import Drafter, drafter_class
 from .models import DEFAULT_MODEL, LoadedModel, load_model
-from .sampling import SamplingParams
-
-# The fastest lossless method measured on the default model (see BENCHMARKS in the README).
-DEFAULT_METHOD = "lookup"
+from .spec import DecodingSpec, resolve
 
 
 class SpecDecoder:
-    def __init__(
-        self,
-        model: LoadedModel,
-        method: str = DEFAULT_METHOD,
-        options: DrafterOptions = DrafterOptions(),
-        k: int | None = None,
-        adaptive: bool = False,
-        k_max: int = 16,
-    ) -> None:
-        self.model = model
-        self.method = method
-        self.drafter: Drafter = create_drafter(method, model, options)
-        self.k = k if k is not None else self.drafter.default_k
-        self.adaptive = adaptive
-        self.k_max = max(k_max, self.k)
+    """A model and a drafter, ready to generate. `spec` is a resolved `DecodingSpec`, or a method
+    name (None: the model's tuned or the default method) resolved with `k`, `adaptive`, `k_max`
+    and drafter options given by name (`ngram_max=3`, `draft_model="..."`)."""
+
+    def __init__(self, model: LoadedModel, spec: DecodingSpec | str | None = None, *,
+                 k: int | None = None, adaptive: bool = False, k_max: int = 16,
+                 **options: Any) -> None:
+        if not isinstance(spec, DecodingSpec):
+            spec = resolve(model, spec, k=k, adaptive=adaptive, k_max=k_max, options=options)
+        self.model, self.spec = model, spec
+        self.method = spec.method
+        self.drafter: Drafter = drafter_class(spec.method).create(model, spec.options)
+        self.k = spec.k if spec.k is not None else self.drafter.default_k
+        self.adaptive = spec.adaptive
+        self.k_max = max(spec.k_max, self.k)
 
     @classmethod
-    def load(cls, model: str = DEFAULT_MODEL, method: str = DEFAULT_METHOD, *,
-             backend: str = "auto", dtype: str = "float32", **kwargs) -> "SpecDecoder":
-        return cls(load_model(model, backend=backend, dtype=dtype), method, **kwargs)
+    def load(cls, model: str = DEFAULT_MODEL, method: str | None = None, *,
+             backend: str = "auto", dtype: str = "float32", device: str = "cpu",
+             **kwargs: Any) -> "SpecDecoder":
+        return cls(load_model(model, backend=backend, dtype=dtype, device=device), method,
+                   **kwargs)
 
     def describe(self) -> str:
         k = "adaptive from " + str(self.k) if self.adaptive else str(self.k)

@@ -1,43 +1,16 @@
-"""`drafters/base.py`: the adaptive draft length, autoregressive drafting and the registry."""
+"""`drafters/base.py`: autoregressive drafting, the registry and drafters' options."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pytest
 import torch
 
-from specdecode.drafters import DRAFTERS, DrafterOptions, create_drafter
-from specdecode.drafters.base import DraftLength, draft_chain
+from specdecode.core.sampling import SamplingParams, probabilities
+from specdecode.drafters import DRAFTERS, create_drafter, make_options, option
+from specdecode.drafters.base import Drafter, draft_chain, option_fields, register
 from specdecode.errors import InvalidParameterError
-from specdecode.sampling import SamplingParams, probabilities
-
-
-def test_fixed_draft_length_never_changes():
-    length = DraftLength(4)
-    for drafted, accepted in [(4, 4), (4, 0), (3, 1)]:
-        length.update(drafted, accepted)
-        assert length.k == 4
-
-
-def test_adaptive_draft_length_adds_two_after_full_acceptance_and_drops_one_after_rejection():
-    length = DraftLength(4, adaptive=True, k_min=2, k_max=9)
-    steps = [((4, 4), 6), ((6, 6), 8), ((8, 8), 9), ((9, 9), 9), ((9, 3), 8), ((8, 0), 7)]
-    for (drafted, accepted), k in steps:
-        length.update(drafted, accepted)
-        assert length.k == k
-    for _ in range(10):
-        length.update(length.k, 0)
-    assert length.k == 2
-
-
-def test_adaptive_draft_length_ignores_steps_without_a_draft():
-    length = DraftLength(4, adaptive=True)
-    length.update(0, 0)
-    assert length.k == 4
-
-
-def test_adaptive_draft_length_clamps_initial_k():
-    assert DraftLength(20, adaptive=True, k_max=16).k == 16
-    assert DraftLength(1, adaptive=True, k_min=3, k_max=5).k == 3
 
 
 class Counting:
@@ -75,16 +48,54 @@ def test_draft_chain_sampling_returns_the_distributions_it_sampled_from():
 
 
 def test_every_drafter_is_registered_and_unknown_names_raise():
-    assert {"ar", "lookup", "draft", "layerskip"} <= set(DRAFTERS)
-    with pytest.raises(InvalidParameterError):
-        create_drafter("no-such-method", None, DrafterOptions())
+    assert {"ar", "lookup", "draft", "layerskip", "eagle", "medusa"} <= set(DRAFTERS)
+    with pytest.raises(InvalidParameterError, match="unknown method"):
+        create_drafter("no-such-method", None)
 
 
-def test_create_drafter_builds_lookup_from_options():
-    drafter = create_drafter("lookup", None, DrafterOptions(ngram_max=5, ngram_min=2))
+def test_create_drafter_builds_lookup_from_its_options():
+    drafter = create_drafter("lookup", None, make_options("lookup", {"ngram_max": 5,
+                                                                     "ngram_min": 2}))
     assert (drafter.ngram_max, drafter.ngram_min) == (5, 2)
 
 
 def test_draft_method_without_a_draft_model_raises():
-    with pytest.raises(InvalidParameterError):
-        create_drafter("draft", None, DrafterOptions())
+    with pytest.raises(InvalidParameterError, match="needs --draft-model"):
+        create_drafter("draft", None)
+
+
+def test_options_take_their_own_fields_parse_text_and_validate_in_one_line():
+    options = make_options("layerskip", {"layers": "0,2,1", "ngram_max": 3})  # ngram: lookup's
+    assert options.layers == (0, 2, 1)
+    with pytest.raises(InvalidParameterError, match="--layers: cannot read 'x,1'"):
+        make_options("layerskip", {"layers": "x,1"})
+    with pytest.raises(InvalidParameterError, match="ngram-min <= ngram-max"):
+        make_options("lookup", {"ngram_max": 2, "ngram_min": 3})
+    with pytest.raises(InvalidParameterError, match="--tree-nodes must be >= 1"):
+        make_options("eagle", {"tree_nodes": 0})
+
+
+def test_an_option_several_drafters_declare_is_listed_once_with_each_of_them():
+    fields = option_fields()
+    assert [method for method, _ in fields["draft_model"]] == ["draft", "eagle", "medusa"]
+    assert [method for method, _ in fields["ngram_max"]] == ["lookup"]
+
+
+def test_a_drafter_registered_later_brings_its_options(monkeypatch):
+    monkeypatch.setattr("specdecode.drafters.base.DRAFTERS", dict(DRAFTERS))
+
+    @register("later")
+    class Later(Drafter):
+        @dataclass(frozen=True)
+        class Options:
+            width: int = option(2, "how wide")
+
+        @classmethod
+        def create(cls, model, options):
+            return cls()
+
+        def propose(self, seq, k):
+            raise NotImplementedError
+
+    assert option_fields()["width"][0][0] == "later"
+    assert make_options("later", {"width": 5}).width == 5

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+from specdecode.core.engine import generate
+from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.drafters import make_options
 from specdecode.drafters.lookup import PromptLookup, draft_length, find_continuation
+from specdecode.drafters.plain import NoDrafter
 from specdecode.errors import InvalidParameterError
-from specdecode.sampling import SamplingParams
+
+
+def on(context: torch.Tensor) -> SimpleNamespace:
+    """What `propose` reads of a sequence: its context."""
+    return SimpleNamespace(context=context)
 
 
 def t(*ids: int) -> torch.Tensor:
@@ -40,27 +50,27 @@ def test_prompt_lookup_prefers_the_longest_ngram():
     # the 1-gram "3" last occurred before 8; the 2-gram "2 3" last occurred before 5
     context = t(2, 3, 5, 3, 8, 2, 3)
     lookup = PromptLookup(ngram_max=2, ngram_min=1)
-    draft = lookup.propose(context, 1, SamplingParams(), None)
+    draft = lookup.propose(on(context), 1)
     assert draft.tokens.tolist() == [5]
     assert draft.q is None and draft.forwards == 0
-    assert PromptLookup(1, 1).propose(context, 1, SamplingParams(), None).tokens.tolist() == [8]
+    assert PromptLookup(1, 1).propose(on(context), 1).tokens.tolist() == [8]
 
 
 def test_prompt_lookup_without_any_match_proposes_nothing():
-    draft = PromptLookup(3, 1).propose(t(1, 2, 3, 4), 4, SamplingParams(), None)
+    draft = PromptLookup(3, 1).propose(on(t(1, 2, 3, 4)), 4)
     assert draft.tokens.numel() == 0 and draft.tokens.dtype == torch.long
 
 
 def test_prompt_lookup_respects_ngram_min():
     context = t(4, 1, 2, 3, 9, 3)  # only a 1-gram match ("3")
-    assert PromptLookup(3, 2).propose(context, 4, SamplingParams(), None).tokens.numel() == 0
-    assert PromptLookup(3, 1).propose(context, 4, SamplingParams(), None).tokens.tolist() == [9, 3]
+    assert PromptLookup(3, 2).propose(on(context), 4).tokens.numel() == 0
+    assert PromptLookup(3, 1).propose(on(context), 4).tokens.tolist() == [9, 3]
 
 
 @pytest.mark.parametrize("ngram_max, ngram_min", [(1, 2), (3, 0), (0, 0)])
 def test_prompt_lookup_rejects_invalid_ngram_range(ngram_max, ngram_min):
     with pytest.raises(InvalidParameterError):
-        PromptLookup(ngram_max, ngram_min)
+        make_options("lookup", {"ngram_max": ngram_max, "ngram_min": ngram_min})
 
 
 def test_draft_length_grows_with_the_match_and_never_exceeds_k():
@@ -72,8 +82,17 @@ def test_draft_length_grows_with_the_match_and_never_exceeds_k():
 def test_prompt_lookup_drafts_fewer_tokens_for_shorter_matches():
     # "7" (a 1-gram) matches with a long continuation; "1 2 7" (a 3-gram) does too
     one_gram = t(7, 10, 11, 12, 13, 14, 15, 7)
-    assert PromptLookup(3, 1).propose(one_gram, 6, SamplingParams(), None).tokens.tolist() == [
+    assert PromptLookup(3, 1).propose(on(one_gram), 6).tokens.tolist() == [
         10, 11, 12]
     three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)
-    draft = PromptLookup(3, 1).propose(three_gram, 6, SamplingParams(), None)
+    draft = PromptLookup(3, 1).propose(on(three_gram), 6)
     assert draft.tokens.tolist() == [10, 11, 12, 13, 14, 15]
+
+
+def test_lookup_greedy_output_equals_plain_greedy(make_target):
+    prompt = [3, 1, 4, 1, 5, 3, 1, 4, 1, 5, 3, 1]  # repeats: the n-grams match
+    config = GenerationConfig(30)
+    plain = generate(make_target(), NoDrafter(), prompt, config, None)
+    result = generate(make_target(), PromptLookup(3, 1), prompt, config, DraftLength(7))
+    assert result.token_ids == plain.token_ids
+    assert result.stats.drafted > 0

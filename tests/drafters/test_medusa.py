@@ -1,26 +1,24 @@
-"""The `medusa` drafter on a tiny random model: its fixed tree is well formed and greedy output is
-lossless."""
+"""The `medusa` drafter, on the mock target and a tiny native Llama: its fixed tree is well formed
+and greedy output is lossless."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from specdecode.drafters.base import DraftLength
+from specdecode.core.engine import generate, start
+from specdecode.core.sampling import SamplingParams
+from specdecode.core.sequence import DraftLength, GenerationConfig
 from specdecode.drafters.medusa import CHOICES, Medusa
 from specdecode.drafters.plain import NoDrafter
-from specdecode.engine import GenerationConfig, generate
-from specdecode.models.heads import MedusaHeads, layer_config
-from specdecode.models.llama import NativeLlama
-from specdecode.sampling import SamplingParams
+from specdecode.models.heads import MedusaHeads
 
-V = 16
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 
 
-def random_heads(model, num_heads: int = 3, seed: int = 0) -> MedusaHeads:
+def random_heads(target, num_heads: int = 3, seed: int = 0) -> MedusaHeads:
     torch.manual_seed(seed)
-    heads = MedusaHeads({**layer_config(model.config), "num_heads": num_heads}).eval()
+    heads = MedusaHeads({"hidden_size": target.hidden_size, "num_heads": num_heads}).eval()
     with torch.no_grad():
         for p in heads.parameters():
             p.normal_(0, 0.3)
@@ -34,22 +32,20 @@ def test_every_candidate_path_follows_its_own_prefix():
 
 
 @pytest.mark.parametrize("num_heads, nodes", [(3, 12), (2, 4), (5, 18)])
-def test_medusa_greedy_output_equals_plain_greedy(num_heads, nodes, tiny_llama):
-    model = tiny_llama(12, vocab=V, layers=2)
+def test_medusa_greedy_output_equals_plain_greedy(num_heads, nodes, make_target):
     config = GenerationConfig(30, SamplingParams())
-    plain = generate(NativeLlama.from_hf(model), NoDrafter(), PROMPT, config, None)
-    target = NativeLlama.from_hf(model)
-    drafter = Medusa(target, random_heads(model, num_heads), nodes)
+    plain = generate(make_target(12), NoDrafter(), PROMPT, config, None)
+    target = make_target(12)
+    drafter = Medusa(target, random_heads(target, num_heads), nodes)
     result = generate(target, drafter, PROMPT, config, DraftLength(drafter.default_k))
     assert result.token_ids == plain.token_ids
     assert result.stats.accepted > 0
     assert max(i for i, n in enumerate(result.stats.drafted_at) if n) < num_heads
 
 
-def test_medusa_tree_has_one_level_per_head_and_at_most_nodes_nodes(tiny_llama):
-    model = tiny_llama(12, vocab=V, layers=2)
-    target = NativeLlama.from_hf(model)
-    drafter = Medusa(target, random_heads(model, 2), nodes=6)
-    drafter.observe_features(target.prefill(torch.tensor(PROMPT[:-1])))
-    draft = drafter.propose(torch.tensor(PROMPT), 5, SamplingParams(), None)
+def test_medusa_tree_has_one_level_per_head_and_at_most_nodes_nodes(make_target):
+    target = make_target(12)
+    drafter = Medusa(target, random_heads(target, 2), nodes=6)
+    seq = start(target, drafter, PROMPT, GenerationConfig(1), None)
+    draft = drafter.propose(seq, 5)
     assert draft.tree.depth == 2 and len(draft.tree) == 6

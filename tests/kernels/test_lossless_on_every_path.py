@@ -8,15 +8,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdecode.drafters.base import DraftLength
+from specdecode.core.engine import generate
+from specdecode.core.sampling import SamplingParams
+from specdecode.core.sequence import DraftLength, GenerationConfig
 from specdecode.drafters.eagle import Eagle
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.medusa import Medusa
 from specdecode.drafters.plain import NoDrafter
-from specdecode.engine import GenerationConfig, generate
-from specdecode.models.heads import EagleHead, MedusaHeads, layer_config
+from specdecode.models.heads import EagleHead, MedusaHeads
 from specdecode.models.llama import NativeLlama
-from specdecode.sampling import SamplingParams
 
 V = 48
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11, 5, 6, 7]  # repeats: lookup finds matches
@@ -31,7 +31,7 @@ def _random(module: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 
 def _drafters(target: NativeLlama, model) -> dict:
-    cfg = layer_config(model.config)
+    cfg = target.layer_shape()
     return {
         "lookup": (PromptLookup(3, 1), 7),
         "eagle": (Eagle(target, _random(EagleHead(cfg), 1), topk=3, nodes=6), 3),

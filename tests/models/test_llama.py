@@ -7,9 +7,10 @@ import copy
 import pytest
 import torch
 import transformers
+from target_helpers import OnCache
 
 from specdecode.models.llama import NativeLlama, supports
-from specdecode.models.target import HFTarget
+from specdecode.models.target import FeatureTarget, HFTarget, LayerSkipTarget
 
 V = 64
 ATOL = 1e-4
@@ -28,14 +29,14 @@ def tokens(n: int, seed: int = 0) -> torch.Tensor:
 def test_native_logits_match_transformers_in_one_forward(seed, layers, tiny_llama):
     model = tiny_llama(seed, vocab=V, layers=layers)
     ids = tokens(40, seed)
-    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids), hf_logits(model, ids), atol=ATOL,
-                               rtol=0)
+    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward(ids),
+                               hf_logits(model, ids), atol=ATOL, rtol=0)
 
 
 def test_native_logits_match_transformers_when_fed_in_chunks(tiny_llama):
     model = tiny_llama(3, vocab=V, layers=2)
     ids = tokens(40, 3)
-    native = NativeLlama.from_hf(model)
+    native = OnCache(NativeLlama.from_hf(model))
     chunks = [native.forward(ids[a:b]) for a, b in [(0, 10), (10, 11), (11, 12), (12, 17),
                                                     (17, 18), (18, 40)]]
     torch.testing.assert_close(torch.cat(chunks), hf_logits(model, ids), atol=ATOL, rtol=0)
@@ -47,7 +48,8 @@ def test_native_attributes_describe_the_model(tiny_llama):
     assert native.vocab_size == V
     assert native.max_length == 128
     assert native.num_layers == 3
-    assert native.length == 0
+    assert native.new_cache().length == 0
+    assert native.describe().startswith(f"{native.kernels.name} kernels")
 
 
 def test_native_matches_transformers_with_tied_embeddings():
@@ -59,8 +61,8 @@ def test_native_matches_transformers_with_tied_embeddings():
     model = transformers.LlamaForCausalLM(config).eval()
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     ids = tokens(20, 4)
-    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids), hf_logits(model, ids), atol=ATOL,
-                               rtol=0)
+    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward(ids),
+                               hf_logits(model, ids), atol=ATOL, rtol=0)
 
 
 def test_native_matches_transformers_with_explicit_head_dim():
@@ -72,8 +74,8 @@ def test_native_matches_transformers_with_explicit_head_dim():
     torch.manual_seed(5)
     model = transformers.LlamaForCausalLM(config).eval()
     ids = tokens(20, 5)
-    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids), hf_logits(model, ids), atol=ATOL,
-                               rtol=0)
+    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward(ids),
+                               hf_logits(model, ids), atol=ATOL, rtol=0)
 
 
 def test_native_matches_transformers_for_qwen2_with_attention_bias(tiny_llama):
@@ -82,7 +84,7 @@ def test_native_matches_transformers_for_qwen2_with_attention_bias(tiny_llama):
     assert model.model.layers[0].self_attn.q_proj.bias.abs().sum() > 0
     assert supports(model.config)
     ids = tokens(30, 6)
-    native = NativeLlama.from_hf(model)
+    native = OnCache(NativeLlama.from_hf(model))
     torch.testing.assert_close(native.forward(ids[:20]), hf_logits(model, ids[:20]), atol=ATOL,
                                rtol=0)
     torch.testing.assert_close(native.forward(ids[20:]), hf_logits(model, ids)[20:], atol=ATOL,
@@ -98,8 +100,8 @@ def test_native_matches_transformers_for_mistral_without_sliding_window():
     model = transformers.MistralForCausalLM(config).eval()
     assert supports(config)
     ids = tokens(20, 8)
-    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids), hf_logits(model, ids), atol=ATOL,
-                               rtol=0)
+    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward(ids),
+                               hf_logits(model, ids), atol=ATOL, rtol=0)
 
 
 def test_native_matches_transformers_for_llama_with_attention_bias(tiny_llama):
@@ -109,14 +111,14 @@ def test_native_matches_transformers_for_llama_with_attention_bias(tiny_llama):
     assert model.model.layers[0].self_attn.o_proj.bias is not None
     assert supports(model.config)
     ids = tokens(20, 9)
-    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids), hf_logits(model, ids), atol=ATOL,
-                               rtol=0)
+    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward(ids),
+                               hf_logits(model, ids), atol=ATOL, rtol=0)
 
 
 def test_native_matches_transformers_past_initial_cache_capacity(tiny_llama):
     """The static cache starts at 1024 positions and grows (with the RoPE tables) beyond."""
     model = tiny_llama(10, vocab=V, layers=2, max_positions=2048)
-    native = NativeLlama.from_hf(model)
+    native = OnCache(NativeLlama.from_hf(model))
     assert native.cache.capacity == 1024
     ids = tokens(1100, 10)
     out = [native.forward(ids[a:b]) for a, b in [(0, 1000), (1000, 1030), (1030, 1031),
@@ -126,7 +128,7 @@ def test_native_matches_transformers_past_initial_cache_capacity(tiny_llama):
 
 
 def test_forward_raises_when_context_window_is_exceeded(tiny_llama):
-    native = NativeLlama.from_hf(tiny_llama(0, vocab=V, max_positions=32))
+    native = OnCache(NativeLlama.from_hf(tiny_llama(0, vocab=V, max_positions=32)))
     native.forward(tokens(30))
     with pytest.raises(ValueError):
         native.forward(tokens(3))
@@ -146,8 +148,8 @@ def truncated(model, keep: int):
 def test_layer_subset_runs_fewer_layers_and_differs_from_full_forward(tiny_llama):
     model = tiny_llama(11, vocab=V, layers=4)
     ids = tokens(12, 11)
-    full = NativeLlama.from_hf(model).forward(ids)
-    subset = NativeLlama.from_hf(model).forward(ids, layers=[0, 1])
+    full = OnCache(NativeLlama.from_hf(model)).forward(ids)
+    subset = OnCache(NativeLlama.from_hf(model)).forward_layers(ids, [0, 1])
     assert (full - subset).abs().max() > 1e-2
     # running layers [0, 1] is exactly the model cut after its second layer
     torch.testing.assert_close(subset, hf_logits(truncated(model, 2), ids), atol=ATOL, rtol=0)
@@ -156,8 +158,8 @@ def test_layer_subset_runs_fewer_layers_and_differs_from_full_forward(tiny_llama
 def test_layer_subset_with_all_layers_equals_full_forward(tiny_llama):
     model = tiny_llama(11, vocab=V, layers=4)
     ids = tokens(12, 11)
-    torch.testing.assert_close(NativeLlama.from_hf(model).forward(ids, layers=[0, 1, 2, 3]),
-                               NativeLlama.from_hf(model).forward(ids), atol=1e-6, rtol=0)
+    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward_layers(ids, [0, 1, 2, 3]),
+                               OnCache(NativeLlama.from_hf(model)).forward(ids), atol=1e-6, rtol=0)
 
 
 def test_layer_subset_draft_entries_are_overwritten_by_full_forward_after_rollback(tiny_llama):
@@ -165,18 +167,19 @@ def test_layer_subset_draft_entries_are_overwritten_by_full_forward_after_rollba
     a full forward over the same positions gives the same logits as if they were never written."""
     model = tiny_llama(12, vocab=V, layers=4)
     ids = tokens(20, 12)
-    native = NativeLlama.from_hf(model)
+    native = OnCache(NativeLlama.from_hf(model))
     native.forward(ids[:10])
-    native.forward(ids[10:15], layers=[0, 2])
+    native.forward_layers(ids[10:15], [0, 2])
     native.rollback(10)
     torch.testing.assert_close(native.forward(ids[10:]), hf_logits(model, ids)[10:], atol=ATOL,
                                rtol=0)
 
 
-def test_hf_target_cannot_skip_layers(tiny_llama):
-    target = HFTarget(tiny_llama(0, vocab=V))
-    with pytest.raises(NotImplementedError):
-        target.forward(tokens(3), layers=[0])
+def test_only_the_native_target_offers_layer_skipping_and_features(tiny_llama):
+    model = tiny_llama(0, vocab=V)
+    hf, native = HFTarget(model), NativeLlama.from_hf(model)
+    assert isinstance(native, LayerSkipTarget) and isinstance(native, FeatureTarget)
+    assert not isinstance(hf, LayerSkipTarget) and not isinstance(hf, FeatureTarget)
 
 
 # --- supports() ---------------------------------------------------------------------------------
@@ -195,7 +198,7 @@ def test_supports_rejects_architectures_it_cannot_reproduce():
 
 # --- token trees --------------------------------------------------------------------------------
 
-from specdecode.tree import TokenTree  # noqa: E402
+from specdecode.core.tree import TokenTree  # noqa: E402
 
 #  root(pending) -> n0 -> n2 -> n4 ;  root -> n1 -> n3 ; n0 -> n5
 TREE = TokenTree(torch.tensor([11, 12, 13, 14, 15, 16]), torch.tensor([-1, -1, 0, 1, 2, 0]))
@@ -213,7 +216,7 @@ def branch_rows(tree: TokenTree, node: int) -> list[int]:
 def test_tree_forward_scores_every_node_as_if_its_branch_were_decoded_alone(tiny_llama):
     model = tiny_llama(4, vocab=V, layers=3)
     prefix, pending = tokens(9, 4), torch.tensor([7])
-    native = NativeLlama.from_hf(model)
+    native = OnCache(NativeLlama.from_hf(model))
     native.prefill(prefix)
     rows = torch.cat([pending, TREE.tokens])
     tree_logits = native.logits(native.hidden(rows, TREE))  # [7, V]
@@ -228,7 +231,7 @@ def test_tree_forward_scores_every_node_as_if_its_branch_were_decoded_alone(tiny
 def test_compacting_an_accepted_path_leaves_the_cache_of_that_branch_alone(path, tiny_llama):
     model = tiny_llama(5, vocab=V, layers=2)
     prefix, pending = tokens(9, 5), torch.tensor([7])
-    native = NativeLlama.from_hf(model)
+    native = OnCache(NativeLlama.from_hf(model))
     native.prefill(prefix)
     native.hidden(torch.cat([pending, TREE.tokens]), TREE)
     n = 10  # prefix + pending
@@ -243,14 +246,15 @@ def test_compacting_an_accepted_path_leaves_the_cache_of_that_branch_alone(path,
 def test_transformers_backend_refuses_trees_with_a_clear_error(tiny_llama):
     target = HFTarget(tiny_llama(0, vocab=V))
     with pytest.raises(NotImplementedError, match="chains only"):
-        target.hidden(torch.cat([torch.tensor([1]), TREE.tokens]), TREE)
+        target.hidden(target.new_cache(), torch.cat([torch.tensor([1]), TREE.tokens]), TREE)
 
 
 def test_bf16_weights_keep_activations_fp32_and_logits_close_to_fp32(tiny_llama):
     model = tiny_llama(5, vocab=V, layers=2)
     ids = tokens(24, 5)
-    native = NativeLlama.from_hf(model, torch.bfloat16)
-    assert native.layers[0].qkv.dtype == torch.bfloat16 and native.cache.keys.dtype == torch.float32
+    native = OnCache(NativeLlama.from_hf(model, torch.bfloat16))
+    assert native.target.layers[0].qkv.dtype == torch.bfloat16
+    assert native.cache.keys.dtype == torch.float32
     native.prefill(ids[:20])
     steps = torch.cat([native.forward(ids[i : i + 1]) for i in range(20, 24)])
     assert steps.dtype == torch.float32
@@ -266,8 +270,8 @@ def test_a_tokens_logits_are_bitwise_the_same_alone_in_a_step_in_a_tree_and_in_a
     forward), a verification step (a chain), a tree step and a prompt prefill give the same bits."""
     model = tiny_llama(6, vocab=V, layers=2)
     prefix, pending = tokens(9, 6), torch.tensor([7])
-    native = NativeLlama.from_hf(model, kernels=kernel_path)
-    assert native.kernels is kernel_path
+    native = OnCache(NativeLlama.from_hf(model, kernels=kernel_path))
+    assert native.target.kernels is kernel_path
 
     def from_prefix(forward):
         native.reset()

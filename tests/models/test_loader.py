@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
+from specdecode.errors import ModelLoadError
 from specdecode.models import load_model
+from specdecode.models.target import forward
 
 
 def test_native_target_from_files_matches_the_transformers_model(tiny_real_vocab_model):
@@ -15,7 +18,7 @@ def test_native_target_from_files_matches_the_transformers_model(tiny_real_vocab
     assert model.backend == "native"
     assert model._hf_model is None  # nothing built the transformers model yet
     ids = torch.tensor([5, 17, 300, 42, 9, 1000, 7])
-    native = model.target.forward(ids)
+    native = forward(model.target, model.target.new_cache(), ids)
     with torch.no_grad():
         reference = model.hf_model(input_ids=ids[None]).logits[0]
     torch.testing.assert_close(native, reference, atol=1e-4, rtol=0)
@@ -25,6 +28,23 @@ def test_native_target_from_files_matches_the_transformers_model(tiny_real_vocab
 def test_transformers_backend_builds_the_model_at_load(tiny_real_vocab_model):
     model = load_model(str(tiny_real_vocab_model), backend="transformers")
     assert model.backend == "transformers" and model._hf_model is not None
+    assert model.kernels == "transformers on cpu"
+
+
+@pytest.mark.parametrize("device, backend, message", [
+    ("cuda", "native", "the native backend runs on the CPU"),
+    ("tpu9", "auto", "unknown device"),
+])
+def test_a_device_the_backend_cannot_use_fails_in_one_line(tiny_real_vocab_model, device,
+                                                           backend, message):
+    with pytest.raises(ModelLoadError, match=message):
+        load_model(str(tiny_real_vocab_model), backend=backend, device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_asking_for_cuda_without_a_gpu_fails_in_one_line(tiny_real_vocab_model):
+    with pytest.raises(ModelLoadError, match="no CUDA GPU"):
+        load_model(str(tiny_real_vocab_model), device="cuda")
 
 
 def test_eos_ids_include_the_generation_config(tmp_path, tiny_real_vocab_model):

@@ -1,22 +1,28 @@
-"""The drafter interface, its registry, and the adaptive draft-length policy.
+"""The drafter interface, its registry and its options.
 
-A drafter only proposes; the verifier decides. Drafters register under a name and are built from
-`DrafterOptions`, so the CLI, the engine and the benchmark never branch on method names.
+A drafter only proposes; the verifier decides. A drafter holds weights and a policy; whatever
+changes while a request generates lives on that request's `Sequence` (`seq.drafter_state`, set up
+by `start`), so one drafter serves any number of sequences.
+
+Each drafter registers under a name with its own options, a frozen dataclass `Options` whose fields
+are made with `option(...)`: the CLI's flags, the server's `speculative` fields, `resolve` and the
+benchmark all read them from the registry, so a new drafter is one new file.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import torch
 
+from ..core.sampling import SamplingParams, probabilities, sample
+from ..core.tree import TokenTree
 from ..errors import InvalidParameterError
-from ..sampling import SamplingParams, probabilities, sample
-from ..tree import TokenTree
 
 if TYPE_CHECKING:
+    from ..core.sequence import Sequence
     from ..models import LoadedModel
 
 
@@ -37,50 +43,61 @@ class Draft:
 EMPTY_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)
 
 
-@dataclass(frozen=True)
-class DrafterOptions:
-    """Everything any drafter may be configured with; each drafter reads what it needs."""
+def option(default: Any, help: str, parse: Callable[[str], Any] | None = None) -> Any:
+    """A field of a drafter's `Options`: its default, the help text of its CLI flag (`--name`
+    with dashes), and how the flag's text becomes a value when `type(default)` cannot (`parse`,
+    raising ValueError on bad input)."""
+    return field(default=default, metadata={"help": help, "parse": parse})
 
-    draft_model: str | None = None  # `draft`: model name or path
-    layers: tuple[int, ...] | None = None  # `layerskip`: decoder layers the draft pass runs
-    ngram_max: int = 5  # `lookup`: longest n-gram matched against the context
-    ngram_min: int = 1  # `lookup`: shortest n-gram tried before giving up
-    tree_topk: int = 2  # `eagle`: children per expanded node
-    tree_nodes: int | None = None  # `eagle`, `medusa`: nodes in the draft tree (None: its default)
+
+@dataclass(frozen=True)
+class NoOptions:
+    """Options of a drafter that has none."""
 
 
 class Drafter(ABC):
     name: ClassVar[str]
-    lossless: ClassVar[bool] = True
+    Options: ClassVar[type] = NoOptions
     uses_features: ClassVar[bool] = False  # True: the engine calls `observe_features`
+    requires: ClassVar[tuple[type, ...]] = ()  # target capabilities (`models.target`) it needs
 
     @classmethod
     @abstractmethod
-    def create(cls, target: "LoadedModel", options: DrafterOptions) -> "Drafter":
-        """Build the drafter for this target; raise a SpecDecodeError for unusable options."""
+    def create(cls, model: "LoadedModel", options) -> "Drafter":
+        """Build the drafter for this model from its `Options`; raise a SpecDecodeError for
+        unusable options."""
+
+    @classmethod
+    def unavailable(cls, model: "LoadedModel", options) -> str | None:
+        """Why this drafter cannot run on this model with these options (one line), or None."""
+        missing = [c.__name__ for c in cls.requires if not isinstance(model.target, c)]
+        if missing:
+            return (f"{cls.name} needs a target with {' and '.join(missing)} (the native backend,"
+                    " a Llama-family model)")
+        return None
+
+    @classmethod
+    def tune_candidates(cls, model: "LoadedModel", draft_model: str | None) -> list[dict]:
+        """The configurations `specdecode tune` times for this drafter: dicts of option values by
+        field name, and "k"; `draft_model` is tune's --draft-model. Default: the defaults."""
+        return [{}]
+
+    def start(self, seq: "Sequence") -> None:
+        """Set up this drafter's state for a new sequence (`seq.drafter_state`)."""
 
     @abstractmethod
-    def propose(
-        self,
-        context: torch.Tensor,
-        k: int,
-        params: SamplingParams,
-        generator: torch.Generator | None,
-    ) -> Draft:
-        """Propose up to k tokens that continue context ([L] int64, prompt + generated so far).
+    def propose(self, seq: "Sequence", k: int) -> Draft:
+        """Propose up to k tokens that continue seq.context (prompt + generated so far).
 
-        The target's cache holds context[:-1] when this is called and must hold exactly that
+        The sequence's cache holds context[:-1] when this is called and must hold exactly that
         again when it returns (drafters that run the target roll back what they appended)."""
 
-    def observe(self, num_accepted: int) -> None:
+    def observe(self, seq: "Sequence", num_accepted: int) -> None:
         """Told after each verification how many draft tokens were accepted."""
 
-    def observe_features(self, hidden: torch.Tensor) -> None:
-        """The target's hidden states [T, H] of the positions it just added to its cache, in
-        order: the prompt after prefill, then the root and accepted path after each step."""
-
-    def reset(self) -> None:
-        """Forget per-request state before a new request."""
+    def observe_features(self, seq: "Sequence", hidden: torch.Tensor) -> None:
+        """The target's hidden states [T, H] of the positions it just added to the sequence's
+        cache, in order: the prompt after prefill, then the root and accepted path each step."""
 
     @property
     def default_k(self) -> int:
@@ -103,39 +120,42 @@ def register(name: str) -> Callable[[type[Drafter]], type[Drafter]]:
     return add
 
 
-def create_drafter(method: str, target: "LoadedModel", options: DrafterOptions) -> Drafter:
+def drafter_class(method: str) -> type[Drafter]:
     if method not in DRAFTERS:
         raise InvalidParameterError(
             f"unknown method {method!r} (choose from {', '.join(sorted(DRAFTERS))})"
         )
-    return DRAFTERS[method].create(target, options)
+    return DRAFTERS[method]
 
 
-@dataclass
-class DraftLength:
-    """Draft length γ for the next step; optionally adaptive.
+def make_options(method: str, values: dict[str, Any]):
+    """The `Options` of `method` from user values by field name; values for fields the drafter
+    does not have (another drafter's) are ignored. Text values (from a CLI flag or a form) are
+    parsed; the dataclass validates."""
+    cls = drafter_class(method).Options
+    given = {}
+    for f in fields(cls):
+        if values.get(f.name) is None:
+            continue
+        value, parse = values[f.name], f.metadata.get("parse")
+        if isinstance(value, str) and parse is not None:
+            try:
+                value = parse(value)
+            except ValueError:
+                raise InvalidParameterError(
+                    f"--{f.name.replace('_', '-')}: cannot read {value!r}") from None
+        given[f.name] = value
+    return cls(**given)
 
-    Adaptive rule (as transformers' assisted generation): γ += 2 after a fully accepted draft,
-    γ -= 1 after a rejection, always within [k_min, k_max]."""
 
-    k: int
-    adaptive: bool = False
-    k_min: int = 1
-    k_max: int = 16
-
-    def __post_init__(self) -> None:
-        if self.k < 1:
-            raise InvalidParameterError(f"k must be >= 1, got {self.k}")
-        if not 1 <= self.k_min <= self.k_max:
-            raise InvalidParameterError(f"need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
-        if self.adaptive:
-            self.k = min(max(self.k, self.k_min), self.k_max)
-
-    def update(self, drafted: int, accepted: int) -> None:
-        if not self.adaptive or drafted == 0:
-            return
-        step = 2 if accepted == drafted else -1
-        self.k = min(max(self.k + step, self.k_min), self.k_max)
+def option_fields() -> dict[str, list[tuple[str, Any]]]:
+    """Every option of every registered drafter: name -> [(method, dataclass field)], for the
+    CLI's flags and the server's fields (an option several drafters share appears once)."""
+    found: dict[str, list[tuple[str, Any]]] = {}
+    for method in sorted(DRAFTERS):
+        for f in fields(DRAFTERS[method].Options):
+            found.setdefault(f.name, []).append((method, f))
+    return found
 
 
 def draft_chain(
@@ -163,3 +183,10 @@ def draft_chain(
             logits = forward(token.view(1))[-1]
     q = torch.stack(qs) if qs else None
     return Draft(torch.stack(tokens).long(), q, forwards=k)
+
+
+def create_drafter(method: str, model: "LoadedModel", options=None) -> Drafter:
+    """The drafter registered as `method`, built with `options` (its Options; default: its
+    defaults)."""
+    cls = drafter_class(method)
+    return cls.create(model, cls.Options() if options is None else options)

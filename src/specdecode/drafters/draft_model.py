@@ -1,49 +1,71 @@
 """`draft`: a separate, smaller causal LM with the same tokenizer drafts autoregressively, with
-its own KV cache. Between steps its cache is rolled back to the longest prefix it shares with the
-context, so only the tokens it has not seen are fed again."""
+its own KV cache per sequence. Between steps that cache is rolled back to the longest prefix it
+shares with the context, so only the tokens it has not seen are fed again."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from ..errors import InvalidParameterError, VocabularyMismatchError
-from ..models.target import Target
-from ..sampling import SamplingParams
-from .base import EMPTY_DRAFT, Draft, Drafter, DrafterOptions, draft_chain, register
+from ..models.target import Target, forward
+from .base import EMPTY_DRAFT, Draft, Drafter, draft_chain, option, register
+
+
+@dataclass
+class _State:
+    cache: object  # the draft model's KV cache for this sequence
+    cached: torch.Tensor  # [c] int64: the tokens whose keys and values it holds
 
 
 @register("draft")
 class DraftModel(Drafter):
+    @dataclass(frozen=True)
+    class Options:
+        draft_model: str | None = option(
+            None, "a smaller model with the same tokenizer (alias, .gguf file, directory or hub "
+                  "id)")
+
     def __init__(self, model: Target, label: str = "draft model") -> None:
         self.model = model
         self.label = label
-        self.cached = torch.empty(0, dtype=torch.long)  # tokens whose KV the draft model holds
 
     @classmethod
-    def create(cls, target, options: DrafterOptions) -> "DraftModel":
+    def unavailable(cls, model, options: Options) -> str | None:
+        return None if options.draft_model else "method 'draft' needs --draft-model NAME_OR_PATH"
+
+    @classmethod
+    def tune_candidates(cls, model, draft_model: str | None) -> list[dict]:
+        return [{"k": k, "draft_model": draft_model} for k in (2, 4, 6)] if draft_model else []
+
+    @classmethod
+    def create(cls, model, options: Options) -> "DraftModel":
         from ..models import load_model
 
-        if not options.draft_model:
-            raise InvalidParameterError("method 'draft' needs --draft-model NAME_OR_PATH")
-        drafter = load_model(options.draft_model)
-        check_same_vocabulary(target.tokenizer, drafter.tokenizer)
+        reason = cls.unavailable(model, options)
+        if reason:
+            raise InvalidParameterError(reason)
+        drafter = load_model(options.draft_model, device=str(model.target.device))
+        check_same_vocabulary(model.tokenizer, drafter.tokenizer)
         return cls(drafter.target, options.draft_model)
 
-    def reset(self) -> None:
-        self.model.reset()
-        self.cached = self.cached[:0]
+    def start(self, seq) -> None:
+        seq.drafter_state = _State(self.model.new_cache(), torch.empty(0, dtype=torch.long))
 
-    def propose(self, context: torch.Tensor, k: int, params: SamplingParams, generator) -> Draft:
+    def propose(self, seq, k: int) -> Draft:
+        state, context = seq.drafter_state, seq.context
         # reuse the cached prefix, but always refeed at least the last token to get its logits
-        limit = min(self.cached.shape[0], context.shape[0] - 1)
-        same = (self.cached[:limit] != context[:limit]).nonzero()
+        limit = min(state.cached.shape[0], context.shape[0] - 1)
+        same = (state.cached[:limit] != context[:limit]).nonzero()
         keep = int(same[0, 0]) if same.numel() else limit
-        self.model.rollback(keep)
+        state.cache.rollback(keep)
         k = min(k, self.model.max_length - context.shape[0])
         if k < 1:  # the draft model's context window is full: let the target go on alone
             return EMPTY_DRAFT
-        draft = draft_chain(self.model.forward, context[keep:], k, params, generator)
-        self.cached = torch.cat([context, draft.tokens[:-1]])  # the last draft token is never fed
+        draft = draft_chain(lambda tokens: forward(self.model, state.cache, tokens),
+                            context[keep:], k, seq.sampling, seq.generator)
+        state.cached = torch.cat([context, draft.tokens[:-1]])  # the last draft token is never fed
         return draft
 
     def describe(self) -> str:

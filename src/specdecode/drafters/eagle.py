@@ -2,9 +2,10 @@
 
 The head (`models.heads.EagleHead`) maps the pair (target feature h_t, embedding of x_{t+1}) to
 the next feature ĥ_{t+1}; the target's LM head (or its draft-vocabulary rows) turns ĥ into the
-draft distribution q of x_{t+2}. The head's one decoder layer runs natively with its own KV cache:
-entry j holds pair j = (h_j, x_{j+1}) at rotary position j, so between steps it only processes
-the pairs the last step confirmed (their true target features arrive by `observe_features`).
+draft distribution q of x_{t+2}. The head's one decoder layer runs as the target runs its own
+(`FeatureTarget.head_layer`), with a KV cache per sequence: entry j holds pair j = (h_j, x_{j+1})
+at rotary position j, so between steps it only processes the pairs the last step confirmed (their
+true target features arrive by `observe_features`).
 
 Dynamic tree (EAGLE-2): the root's top-`topk` tokens form level 1; for `depth - 1` rounds the
 `topk` nodes of the newest level with the highest cumulative log q are expanded (one head forward
@@ -17,89 +18,87 @@ without a q (one-hot): lossless under sampling too (`verify.verify_sampling`).
 
 from __future__ import annotations
 
-import copy
+from dataclasses import dataclass
 
 import torch
 
+from ..core.tree import ROOT
 from ..models.heads import EagleHead
 from ..models.linear import Linear
-from ..models.llama import NativeLlama
-from ..sampling import SamplingParams
-from ..tree import ROOT
-from .base import EMPTY_DRAFT, Draft, Drafter, DrafterOptions, register
-from .learned import draft_lm_head, resolve_head, select_nodes, to_token_ids
+from ..models.target import FeatureTarget, KVCache
+from .base import EMPTY_DRAFT, Draft, option, register
+from .learned import LearnedDrafter, draft_lm_head, positive, select_nodes, to_token_ids
 
-
-# Small trees: with the shipped SmolLM2 head (43% top-1) the fastest of 7 measured shapes was top-2
-# children, depth 2, 3 nodes (τ 1.60, 1.12x plain on held-out training prompts; top-4, depth 5,
-# 12 nodes reached τ 1.86 at 0.39x). Re-measured with the packed-panel kernels (verifying 2..8
-# rows costs 1.04-1.24 one-token steps; every tree level costs one head forward) on the last 2
-# Spec-Bench prompts of each group: depth 2 / 3 nodes 1.09x plain (τ 1.50), depth 4 / 7 nodes
-# 0.95x and depth 6 / 7 nodes 1.03x (τ 1.61): the head's deeper guesses are right too rarely to
-# pay for the levels that draft them.
+# Small trees by default: on a small target the head's deeper guesses are right too rarely to pay
+# for the tree levels that draft them (BENCHMARKS.md, measurements behind defaults).
 DEFAULT_DEPTH, DEFAULT_NODES = 2, 3
 
 
-def native_head_layer(head: EagleHead, target: NativeLlama) -> NativeLlama:
-    """The head's decoder layer (no input norm, no final norm) as a 1-layer `NativeLlama` with its
-    own KV cache; its `logits` are the draft-vocabulary LM head."""
-    config = copy.deepcopy(target.config)
-    config.num_hidden_layers = 1
-    weights = {"model.embed_tokens.weight": target.embed,  # unused: the head feeds vectors
-               "lm_head.weight": draft_lm_head(target.lm_head, head.draft_vocab)}
-    for name, tensor in head.layers[0].state_dict().items():
-        if name == "post_attention_layernorm":
-            name += ".weight"
-        weights[f"model.layers.0.{name}"] = tensor
-    return NativeLlama(config, weights, target.dtype)
+@dataclass
+class _State:
+    cache: KVCache  # the head layer's cache: entry j holds pair j
+    features: torch.Tensor  # [capacity, H]: target features of the sequence's cached positions
+    num_features: int = 0  # target features seen: one per position in the target's cache
+    pairs: int = 0  # pairs the head's cache holds (its later entries are last step's draft)
+    last: torch.Tensor | None = None  # [1, H]: ĥ of the newest pair, the tree's root
 
 
 @register("eagle")
-class Eagle(Drafter):
-    uses_features = True
+class Eagle(LearnedDrafter):
+    @dataclass(frozen=True)
+    class Options:
+        draft_model: str | None = option(
+            None, "a trained EAGLE head directory (default: the head shipped for the model)")
+        tree_topk: int = option(2, "children per expanded tree node; the tree's depth is --k")
+        tree_nodes: int | None = option(
+            None, f"draft tokens per tree, all verified in one forward (default {DEFAULT_NODES})",
+            parse=int)
 
-    def __init__(self, target: NativeLlama, head: EagleHead, topk: int = 2, nodes: int = 3,
+        def __post_init__(self) -> None:
+            positive("tree_topk", self.tree_topk)
+            positive("tree_nodes", self.tree_nodes)
+
+    def __init__(self, target: FeatureTarget, head: EagleHead, topk: int = 2, nodes: int = 3,
                  label: str = "eagle head") -> None:
-        self.target = target  # read-only: its embedding and LM head; features come by observe
+        self.target = target  # read-only: its embedding; features come by observe_features
         self.fc = Linear(head.fc.weight.detach().to(target.dtype))  # 2H -> H
-        self.layer = native_head_layer(head, target)
+        weights = {("post_attention_layernorm.weight" if name == "post_attention_layernorm"
+                    else name): tensor for name, tensor in head.layers[0].state_dict().items()}
+        self.layer = target.head_layer(weights, draft_lm_head(target, head.draft_vocab))
         self.draft_vocab = head.draft_vocab
         self.max_length = target.max_length
         self.topk, self.nodes, self.label = topk, nodes, label
-        self.features = torch.empty(1024, target.embed.shape[1])  # [capacity, H]
-        self.num_features = 0  # target features seen: one per position in the target's cache
-        self.pairs = 0  # pairs the head's cache holds (its later entries are last step's draft)
-        self.last: torch.Tensor | None = None  # [1, H]: ĥ of the newest pair, the tree's root
 
     @classmethod
-    def create(cls, model, options: DrafterOptions) -> "Eagle":
-        head = resolve_head(model, options.draft_model, "eagle")
-        return cls(model.target, head, options.tree_topk, options.tree_nodes or DEFAULT_NODES,
-                   options.draft_model or "shipped head")
+    def create(cls, model, options: Options) -> "Eagle":
+        return cls(model.target, cls.load_head(model, options), options.tree_topk,
+                   options.tree_nodes or DEFAULT_NODES, options.draft_model or "shipped head")
 
     @property
     def default_k(self) -> int:
         return DEFAULT_DEPTH
 
-    def reset(self) -> None:
-        self.layer.reset()
-        self.num_features = self.pairs = 0
-        self.last = None
+    def start(self, seq) -> None:
+        seq.drafter_state = _State(self.layer.new_cache(),
+                                   torch.empty(1024, self.target.hidden_size))
 
-    def observe_features(self, hidden: torch.Tensor) -> None:
-        end = self.num_features + hidden.shape[0]
-        if end > self.features.shape[0]:  # grow by doubling: appends stay amortised O(1)
-            grown = self.features.new_empty(max(end, 2 * self.features.shape[0]), hidden.shape[1])
-            grown[: self.num_features] = self.features[: self.num_features]
-            self.features = grown
-        self.features[self.num_features : end] = hidden
-        self.num_features = end
+    def observe_features(self, seq, hidden: torch.Tensor) -> None:
+        state = seq.drafter_state
+        end = state.num_features + hidden.shape[0]
+        if end > state.features.shape[0]:  # grow by doubling: appends stay amortised O(1)
+            grown = state.features.new_empty(max(end, 2 * state.features.shape[0]),
+                                             hidden.shape[1])
+            grown[: state.num_features] = state.features[: state.num_features]
+            state.features = grown
+        state.features[state.num_features : end] = hidden
+        state.num_features = end
 
-    def _head(self, features: torch.Tensor, tokens: torch.Tensor, positions=None, mask=None):
+    def _head(self, cache: KVCache, features: torch.Tensor, tokens: torch.Tensor, positions=None,
+              mask=None) -> torch.Tensor:
         """ĥ = Layer(W_fc [e(tokens); features]) for rows of pairs: [T, H], [T] -> [T, H],
         appended to the head's cache."""
         fused = self.fc(torch.cat([self.target.embedding(tokens), features], dim=-1))
-        return self.layer.run_layers(fused, positions, mask)
+        return self.layer.run(cache, fused, positions, mask)
 
     def _children(self, features: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k draft tokens and their log q after each feature row: [T, H] -> ([T, k], [T, k])."""
@@ -108,17 +107,19 @@ class Eagle(Drafter):
         return to_token_ids(self.draft_vocab, indices), values
 
     @torch.inference_mode()
-    def propose(self, context: torch.Tensor, k: int, params: SamplingParams, generator) -> Draft:
+    def propose(self, seq, k: int) -> Draft:
+        state, context = seq.drafter_state, seq.context
         n = context.shape[0]
         committed = n - 1  # pairs 0..n-2 are known: features of the target's cached positions
-        if committed < 1 or self.num_features < committed:
+        if committed < 1 or state.num_features < committed:
             return EMPTY_DRAFT
-        self.layer.rollback(self.pairs)  # drop last step's draft entries
-        if self.pairs < committed:  # feed the pairs confirmed since: ĥ_{n-1} is the last output
-            self.last = self._head(self.features[self.pairs : committed],
-                                   context[self.pairs + 1 : n])[-1:]
-            self.pairs = committed
-        last = self.last
+        cache = state.cache
+        cache.rollback(state.pairs)  # drop last step's draft entries
+        if state.pairs < committed:  # feed the pairs confirmed since: ĥ_{n-1} is the last output
+            state.last = self._head(cache, state.features[state.pairs : committed],
+                                    context[state.pairs + 1 : n])[-1:]
+            state.pairs = committed
+        last = state.last
         budget = min(self.nodes, self.max_length - n)  # the target must fit the whole tree
         k = min(k, 1 + (self.max_length - committed) // self.topk)  # and the head its expansions
         if budget < 1:
@@ -132,7 +133,7 @@ class Eagle(Drafter):
         level = list(range(self.topk))
         for depth in range(2, k + 1):
             frontier = sorted(level, key=lambda c: -cand_scores[c])[: self.topk]
-            start = self.layer.length
+            start = cache.length
             mask = torch.zeros(len(frontier), start + len(frontier), dtype=torch.bool)
             mask[:, :committed] = True
             for row, c in enumerate(frontier):
@@ -142,8 +143,8 @@ class Eagle(Drafter):
                     a = cand_parents[a]
             positions = torch.tensor([committed + cand_depth[c] - 1 for c in frontier])
             parents_features = torch.stack([feature_of[cand_parents[c]] for c in frontier])
-            out = self._head(parents_features, torch.tensor([cand_tokens[c] for c in frontier]),
-                             positions, mask)
+            out = self._head(cache, parents_features,
+                             torch.tensor([cand_tokens[c] for c in frontier]), positions, mask)
             tokens, scores = self._children(out, self.topk)
             level = []
             for row, c in enumerate(frontier):

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..core.tree import ROOT
 from ..errors import InvalidParameterError, ModelLoadError
 from ..models.heads import load_head
-from ..tree import ROOT
+from ..models.target import FeatureTarget
+from .base import Drafter
 
 if TYPE_CHECKING:
     from ..models import LoadedModel
@@ -22,30 +24,66 @@ def shipped_head_path(model_key: str, kind: str) -> Path:
     return Path(str(resources.files("specdecode") / "data" / "heads" / model_key / kind))
 
 
+def head_path(model: "LoadedModel", draft_model: str | None, kind: str) -> Path:
+    """The head given by --draft-model, else the one shipped for this model."""
+    return Path(draft_model) if draft_model else shipped_head_path(model.key, kind)
+
+
+def missing_head(model: "LoadedModel", draft_model: str | None, kind: str) -> str | None:
+    """Why there is no head to load (one line), or None."""
+    if head_path(model, draft_model, kind).exists():
+        return None
+    where = f" at {draft_model}" if draft_model else ""
+    return (f"no {kind} head for {model.name}{where}: train one with `specdecode train {kind} "
+            f"--model {model.name}` and pass --draft-model DIR")
+
+
 def resolve_head(model: "LoadedModel", draft_model: str | None, kind: str) -> torch.nn.Module:
-    """The head given by --draft-model, else the one shipped for this model; checked against the
-    target's sizes so that a head trained for another model fails with one line, not a crash."""
-    if model.backend != "native":
-        raise InvalidParameterError(f"{kind} needs the native backend (a Llama-family model)")
-    path = Path(draft_model) if draft_model else shipped_head_path(model.key, kind)
-    if not path.exists():
-        raise ModelLoadError(
-            f"no {kind} head for {model.name}" + (f" at {path}" if draft_model else "") +
-            f": train one with `specdecode train {kind} --model {model.name}` and pass "
-            "--draft-model DIR")
+    """The head (--draft-model, else the shipped one), checked against the target's sizes so that
+    a head trained for another model fails with one line, not a crash."""
+    reason = missing_head(model, draft_model, kind)
+    if reason:
+        raise ModelLoadError(reason)
+    path = head_path(model, draft_model, kind)
     head = load_head(path, kind)
     target = model.target
-    if head.cfg["hidden_size"] != target.embed.shape[1] or (
+    if head.cfg["hidden_size"] != target.hidden_size or (
             head.draft_vocab.numel() and int(head.draft_vocab.max()) >= target.vocab_size):
         raise ModelLoadError(f"the {kind} head at {path} was trained for another model "
                              f"(hidden size {head.cfg['hidden_size']})")
     return head
 
 
-def draft_lm_head(lm_head: torch.Tensor, draft_vocab: torch.Tensor) -> torch.Tensor:
+class LearnedDrafter(Drafter):
+    """What `eagle` and `medusa` share: a trained head that drafts from the target's features."""
+
+    uses_features = True
+    requires = (FeatureTarget,)
+
+    @classmethod
+    def unavailable(cls, model: "LoadedModel", options) -> str | None:
+        return super().unavailable(model, options) or missing_head(model, options.draft_model,
+                                                                   cls.name)
+
+    @classmethod
+    def load_head(cls, model: "LoadedModel", options) -> torch.nn.Module:
+        """The head the options name (else the shipped one) for a target that has features."""
+        reason = super().unavailable(model, options)
+        if reason:
+            raise InvalidParameterError(reason)
+        return resolve_head(model, options.draft_model, cls.name)
+
+
+def draft_lm_head(target: FeatureTarget, draft_vocab: torch.Tensor) -> torch.Tensor:
     """The LM-head rows the drafter scores: [V', H] for a draft vocabulary of V' ids, else all
-    [V, H] (a slice copy, so the draft scores stay in fast contiguous memory)."""
-    return lm_head[draft_vocab].contiguous() if draft_vocab.numel() else lm_head
+    [V, H]."""
+    return target.lm_head_rows(draft_vocab if draft_vocab.numel() else None)
+
+
+def positive(name: str, value: int | None) -> None:
+    """A one-line error for a tree option below 1."""
+    if value is not None and value < 1:
+        raise InvalidParameterError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
 def to_token_ids(draft_vocab: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:

@@ -5,11 +5,12 @@ summarization, code edits) or repeats itself."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..errors import InvalidParameterError
-from ..sampling import SamplingParams
-from .base import EMPTY_DRAFT, Draft, Drafter, DrafterOptions, register
+from .base import EMPTY_DRAFT, Draft, Drafter, option, register
 
 
 def find_continuation(context: torch.Tensor, n: int, k: int) -> torch.Tensor:
@@ -29,18 +30,29 @@ def find_continuation(context: torch.Tensor, n: int, k: int) -> torch.Tensor:
 
 @register("lookup")
 class PromptLookup(Drafter):
-    def __init__(self, ngram_max: int, ngram_min: int) -> None:
-        if not 1 <= ngram_min <= ngram_max:
-            raise InvalidParameterError(
-                f"need 1 <= ngram-min <= ngram-max, got {ngram_min}, {ngram_max}"
-            )
+    @dataclass(frozen=True)
+    class Options:
+        ngram_max: int = option(5, "longest n-gram matched; a match this long drafts k tokens")
+        ngram_min: int = option(1, "shortest n-gram tried")
+
+        def __post_init__(self) -> None:
+            if not 1 <= self.ngram_min <= self.ngram_max:
+                raise InvalidParameterError(f"need 1 <= ngram-min <= ngram-max, got "
+                                            f"{self.ngram_min}, {self.ngram_max}")
+
+    def __init__(self, ngram_max: int = 5, ngram_min: int = 1) -> None:
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
 
     @classmethod
-    def create(cls, target, options: DrafterOptions) -> "PromptLookup":
+    def tune_candidates(cls, model, draft_model: str | None) -> list[dict]:
+        return [{"k": k, "ngram_max": n} for n in (3, 5) for k in (3, 5, 7, 10)]
+
+    @classmethod
+    def create(cls, model, options: Options) -> "PromptLookup":
         return cls(options.ngram_max, options.ngram_min)
 
-    def propose(self, context: torch.Tensor, k: int, params: SamplingParams, generator) -> Draft:
+    def propose(self, seq, k: int) -> Draft:
+        context = seq.context
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
             tokens = find_continuation(context, n, draft_length(n, k, self.ngram_max))
             if tokens.numel():
@@ -49,8 +61,7 @@ class PromptLookup(Drafter):
 
     @property
     def default_k(self) -> int:
-        # a verification forward over 8 tokens costs ~1.2x one over 1 on 2 CPU cores (fp32,
-        # `kernels`), over 9-16 tokens 1.4-1.7x: drafts stay within 8 rows
+        # drafts stay within the rows a step verifies at little extra cost (BENCHMARKS.md)
         return 7
 
     def describe(self) -> str:
@@ -60,13 +71,10 @@ class PromptLookup(Drafter):
 def draft_length(n: int, k: int, ngram_max: int) -> int:
     """Tokens to copy after a match of the context's last n tokens, at most k.
 
-    A longer match is stronger evidence that the continuation repeats; a step over 2..8 tokens
-    costs only 1.06-1.2x one over 1 on 2 CPU cores (fp32, `kernels`), so even weak matches draft
-    several tokens: a 3-gram or longer k, a 2-gram 5, a 1-gram 3. Chosen by replaying drafting
-    policies over greedy outputs of 5 held-out Spec-Bench prompts per group (the last of each
-    group; SmolLM2-135M, fp32) against the measured step costs: 1.64x plain on average against
-    1.55x for the earlier rule (k / 3 / 1), and within 0.5% of the best of 6,912 policies
-    (n-gram 3-8, full match 5-15 tokens, 3+-gram 1-8, 2-gram 0-5, 1-gram 0-3).
+    A longer match is stronger evidence that the continuation repeats; a step over a few tokens
+    costs little more than one over 1 (`kernels`), so even weak matches draft several tokens: a
+    3-gram or longer k, a 2-gram 5, a 1-gram 3. Chosen by replaying drafting policies over greedy
+    outputs of held-out Spec-Bench prompts against the measured step costs (BENCHMARKS.md, measurements behind defaults).
     """
     if n >= 3 or n >= ngram_max:
         return k

@@ -13,15 +13,20 @@ lossy, is not offered.)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from ..core.tree import ROOT
 from ..models.heads import MedusaHeads
 from ..models.linear import Linear
-from ..models.llama import NativeLlama
-from ..sampling import SamplingParams
-from ..tree import ROOT
-from .base import EMPTY_DRAFT, Draft, Drafter, DrafterOptions, register
-from .learned import draft_lm_head, resolve_head, to_token_ids
+from ..models.target import FeatureTarget
+from .base import EMPTY_DRAFT, Draft, option, register
+from .learned import LearnedDrafter, draft_lm_head, positive, to_token_ids
+
+# Small trees by default: each node costs a row of verification, and deeper heads are right too
+# rarely on a small target to pay for it (BENCHMARKS.md, measurements behind defaults).
+DEFAULT_NODES = 3
 
 # Candidate paths by rank, best first: wide where the heads are sure (head 1), narrow deeper,
 # where each head's top-1 accuracy drops (Medusa's own trees are chosen the same way from
@@ -33,43 +38,45 @@ CHOICES: tuple[tuple[int, ...], ...] = (
 
 
 @register("medusa")
-class Medusa(Drafter):
-    uses_features = True
+class Medusa(LearnedDrafter):
+    @dataclass(frozen=True)
+    class Options:
+        draft_model: str | None = option(
+            None, "a trained Medusa heads directory (default: the heads shipped for the model)")
+        tree_nodes: int | None = option(
+            None, f"draft tokens per tree, all verified in one forward (default {DEFAULT_NODES})",
+            parse=int)
 
-    def __init__(self, target: NativeLlama, heads: MedusaHeads, nodes: int = 3,
+        def __post_init__(self) -> None:
+            positive("tree_nodes", self.tree_nodes)
+
+    def __init__(self, target: FeatureTarget, heads: MedusaHeads, nodes: int = DEFAULT_NODES,
                  label: str = "medusa heads") -> None:
         self.heads = [Linear(h.weight.detach().to(target.dtype), h.bias.detach())
                       for h in heads.heads]  # H -> H each
-        self.lm_head = Linear(draft_lm_head(target.lm_head, heads.draft_vocab))  # H -> V'
+        self.lm_head = Linear(draft_lm_head(target, heads.draft_vocab))  # H -> V'
         self.draft_vocab = heads.draft_vocab
         self.max_length = target.max_length
         self.nodes, self.label = nodes, label
-        self.last_feature: torch.Tensor | None = None  # [H]: the newest cached position's h
 
     @classmethod
-    def create(cls, model, options: DrafterOptions) -> "Medusa":
-        heads = resolve_head(model, options.draft_model, "medusa")
-        # 3 nodes measured fastest with the shipped SmolLM2 heads: τ 1.34 at 1.01x plain, where 6
-        # nodes gave τ 1.41 at 0.63x; with the packed-panel kernels (8 rows ~1.24 one-token
-        # steps) on the last 2 Spec-Bench prompts per group, 3 nodes 1.04x, 7 nodes 0.92-1.06x
-        return cls(model.target, heads, options.tree_nodes or 3,
+    def create(cls, model, options: Options) -> "Medusa":
+        return cls(model.target, cls.load_head(model, options), options.tree_nodes or DEFAULT_NODES,
                    options.draft_model or "shipped heads")
 
     @property
     def default_k(self) -> int:
         return len(self.heads)  # tree depth: one level per head
 
-    def reset(self) -> None:
-        self.last_feature = None
-
-    def observe_features(self, hidden: torch.Tensor) -> None:
-        self.last_feature = hidden[-1]
+    def observe_features(self, seq, hidden: torch.Tensor) -> None:
+        seq.drafter_state = hidden[-1]  # [H]: the newest cached position's feature
 
     @torch.inference_mode()
-    def propose(self, context: torch.Tensor, k: int, params: SamplingParams, generator) -> Draft:
-        if self.last_feature is None:
+    def propose(self, seq, k: int) -> Draft:
+        if seq.drafter_state is None:  # no feature yet: a one-token prompt
             return EMPTY_DRAFT
-        h = self.last_feature[None]  # [1, H]
+        context = seq.context
+        h = seq.drafter_state[None]  # [1, H]
         depth = min(k, len(self.heads))
         features = torch.cat([h + torch.nn.functional.silu(head(h))
                               for head in self.heads[:depth]])  # [depth, H]

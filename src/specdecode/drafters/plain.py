@@ -3,19 +3,20 @@ target forward that yields exactly one token."""
 
 from __future__ import annotations
 
-import torch
-
-from ..sampling import SamplingParams
-from .base import EMPTY_DRAFT, Draft, Drafter, DrafterOptions, register
+from .base import EMPTY_DRAFT, Draft, Drafter, register
 
 
 @register("ar")
 class NoDrafter(Drafter):
     @classmethod
-    def create(cls, target, options: DrafterOptions) -> "NoDrafter":
+    def tune_candidates(cls, model, draft_model: str | None) -> list[dict]:
+        return []  # the baseline every candidate is measured against, timed anyway
+
+    @classmethod
+    def create(cls, model, options) -> "NoDrafter":
         return cls()
 
-    def propose(self, context: torch.Tensor, k: int, params: SamplingParams, generator) -> Draft:
+    def propose(self, seq, k: int) -> Draft:
         return EMPTY_DRAFT
 
     @property

@@ -30,19 +30,6 @@ from ..rope import rotate
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
 
-def layer_config(target_config) -> dict:
-    """The sizes of one decoder layer of the target (an EAGLE head's layer has the same shape)."""
-    c = target_config
-    return {
-        "hidden_size": c.hidden_size,
-        "num_attention_heads": c.num_attention_heads,
-        "num_key_value_heads": c.num_key_value_heads,
-        "head_dim": getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
-        "intermediate_size": c.intermediate_size,
-        "rms_norm_eps": c.rms_norm_eps,
-    }
-
-
 class _DecoderLayer(nn.Module):
     """A Llama decoder layer without input norm, for training (full causal attention over [B, T])."""
 

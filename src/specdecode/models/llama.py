@@ -10,6 +10,7 @@ number of tokens in the step.
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -17,10 +18,10 @@ from typing import Mapping, Sequence
 import torch
 
 from .. import kernels as kernel_paths
-from ..cache import StaticKVCache
+from ..core.cache import StaticKVCache
+from ..core.tree import TokenTree
 from ..kernels import Kernels
 from ..rope import frequencies, tables
-from ..tree import TokenTree
 from .linear import Linear
 
 SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2"}
@@ -53,12 +54,15 @@ class _Layer:
 
 
 class NativeLlama:
-    """A `Target` for Llama-family models, with a static KV cache.
+    """A `Target` (with the `FeatureTarget` and `LayerSkipTarget` capabilities) for Llama-family
+    models, on the CPU, with static KV caches (`cache.StaticKVCache`, one per sequence).
 
     Built from a transformers config and the checkpoint's tensors by their transformers names
     (`model.layers.0.self_attn.q_proj.weight`, ...), so the loader need not build the transformers
-    model at all (that costs ~1.5 s of imports and initialisation per load); `from_hf` takes a
+    model at all (its imports and initialisation dominate a load); `from_hf` takes a
     transformers model instead."""
+
+    device = torch.device("cpu")
 
     def __init__(self, config, weights: Mapping[str, torch.Tensor],
                  dtype: torch.dtype = torch.float32, kernels: Kernels | None = None) -> None:
@@ -67,6 +71,7 @@ class NativeLlama:
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.hidden_size = config.hidden_size
         self.kernels = kernels or kernel_paths.active()
         if not self.kernels.fits(self.head_dim, (config.hidden_size, config.intermediate_size)):
             logging.getLogger("specdecode").warning(
@@ -93,35 +98,32 @@ class NativeLlama:
         self.embed = get("model.embed_tokens.weight")  # [V, H]
         self.norm = optional("model.norm.weight", f32)  # None: no final norm (an EAGLE head's layer)
         # tied embeddings are saved once, under the input embedding's name
-        self.lm_head = optional("lm_head.weight")  # [V, H], for drafters and training to read
-        if self.lm_head is None:
-            self.lm_head = self.embed
+        lm_head = optional("lm_head.weight")
+        self.lm_head = self.embed if lm_head is None else lm_head  # [V, H]
         self.vocab_size = self.lm_head.shape[0]
         self._lm_head = self._linear(self.lm_head)
-        self.layers = []
-        for i in range(self.num_layers):
-            attn, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
-            qkv = [f"{attn}{p}_proj" for p in "qkv"]
-            bias = None
-            if f"{qkv[0]}.bias" in weights:  # Qwen2
-                bias = torch.cat([get(f"{p}.bias", f32) for p in qkv])
-            self.layers.append(
-                _Layer(
-                    input_norm=optional(f"model.layers.{i}.input_layernorm.weight", f32),
-                    qkv=self._linear(torch.cat([get(f"{p}.weight") for p in qkv]), bias),
-                    out=self._linear(get(f"{attn}o_proj.weight"),
-                                     optional(f"{attn}o_proj.bias", f32)),
-                    post_norm=get(f"model.layers.{i}.post_attention_layernorm.weight", f32),
-                    gate_up=self._linear(torch.cat([get(f"{mlp}gate_proj.weight"),
-                                                    get(f"{mlp}up_proj.weight")])),
-                    down=self._linear(get(f"{mlp}down_proj.weight")),
-                )
-            )
+        self.layers = [self._layer(weights, f"model.layers.{i}.", get, optional)
+                       for i in range(self.num_layers)]
         self._inv_freq, self._rope_scale = frequencies(config)
-        self.cache = StaticKVCache(
-            self.num_layers, self.num_kv_heads, self.head_dim, 1024, self.max_length, f32
+        self._rope_cache(1024)
+
+    def _layer(self, weights, prefix: str, get, optional) -> _Layer:
+        """Layer `prefix` (`model.layers.{i}.`) with q/k/v and gate/up fused: four products."""
+        f32 = torch.float32
+        attn, mlp = f"{prefix}self_attn.", f"{prefix}mlp."
+        qkv = [f"{attn}{p}_proj" for p in "qkv"]
+        bias = None
+        if f"{qkv[0]}.bias" in weights:  # Qwen2
+            bias = torch.cat([get(f"{p}.bias", f32) for p in qkv])
+        return _Layer(
+            input_norm=optional(f"{prefix}input_layernorm.weight", f32),
+            qkv=self._linear(torch.cat([get(f"{p}.weight") for p in qkv]), bias),
+            out=self._linear(get(f"{attn}o_proj.weight"), optional(f"{attn}o_proj.bias", f32)),
+            post_norm=get(f"{prefix}post_attention_layernorm.weight", f32),
+            gate_up=self._linear(torch.cat([get(f"{mlp}gate_proj.weight"),
+                                            get(f"{mlp}up_proj.weight")])),
+            down=self._linear(get(f"{mlp}down_proj.weight")),
         )
-        self._rope_cache(self.cache.capacity)
 
     def _linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
         return Linear(weight, bias, self.kernels)
@@ -133,33 +135,37 @@ class NativeLlama:
         weights["lm_head.weight"] = hf_model.get_output_embeddings().weight  # tied or not
         return cls(hf_model.config, weights, dtype, kernels)
 
-    @property
-    def length(self) -> int:
-        return self.cache.length
+    def describe(self) -> str:
+        return kernel_paths.describe(self.kernels)
 
-    def reset(self) -> None:
-        self.cache.rollback(0)
-
-    def rollback(self, length: int) -> None:
-        self.cache.rollback(length)
+    def new_cache(self) -> StaticKVCache:
+        return StaticKVCache(self.num_layers, self.num_kv_heads, self.head_dim, 1024,
+                             self.max_length, torch.float32)
 
     def _rope_cache(self, capacity: int) -> None:
         self._cos, self._sin = tables(self._inv_freq, self._rope_scale, capacity)
 
-    def forward(self, tokens: torch.Tensor, layers: Sequence[int] | None = None) -> torch.Tensor:
-        """tokens: [T] int64 -> logits [T, V]; appends T positions to the cache."""
-        return self.logits(self.run_layers(self.embedding(tokens), layers=layers))
-
-    def hidden(self, tokens: torch.Tensor, tree: TokenTree | None = None) -> torch.Tensor:
+    def hidden(self, cache: StaticKVCache, tokens: torch.Tensor,
+               tree: TokenTree | None = None) -> torch.Tensor:
         """tokens: [T] int64 -> final-normed hidden states [T, H]; appends T positions to the cache.
 
         With a tree, tokens are its rows [root, nodes] (T = N + 1) and each row attends to the
         cache and its own ancestors only, at position start + depth (`tree.TokenTree`)."""
         if tree is None or tree.is_chain:
-            return self.run_layers(self.embedding(tokens))
+            return self.run_layers(cache, self.embedding(tokens))
         assert tokens.shape[0] == len(tree) + 1, (tokens.shape, len(tree))
-        positions, mask = tree.attention(self.cache.length)
-        return self.run_layers(self.embedding(tokens), positions, mask)
+        positions, mask = tree.attention(cache.length)
+        return self.run_layers(cache, self.embedding(tokens), positions, mask)
+
+    def prefill(self, cache: StaticKVCache, tokens: torch.Tensor) -> torch.Tensor:
+        """Append tokens without the LM head (a fifth of a long prompt's prefill on SmolLM2); returns
+        their hidden states [T, H]."""
+        return self.run_layers(cache, self.embedding(tokens))
+
+    def forward_layers(self, cache: StaticKVCache, tokens: torch.Tensor,
+                       layers: Sequence[int]) -> torch.Tensor:
+        """tokens: [T] -> logits [T, V] through only these decoder layers (layer skipping)."""
+        return self.logits(self.run_layers(cache, self.embedding(tokens), layers=layers))
 
     def embedding(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens: [T] int64 -> their input vectors [T, H] (fp32)."""
@@ -170,30 +176,46 @@ class NativeLlama:
         """hidden: [T, H] -> logits [T, V] (float32)."""
         return self._lm_head(hidden)
 
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Append tokens without the LM head (20% of a long prompt's prefill on SmolLM2); returns
-        their hidden states [T, H]."""
-        return self.run_layers(self.embedding(tokens))
+    def lm_head_rows(self, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The LM head's rows for `ids` ([len(ids), H], a contiguous copy) or all of it [V, H]."""
+        return self.lm_head if ids is None else self.lm_head[ids].contiguous()
 
-    def compact(self, base: int, positions: Sequence[int]) -> None:
-        """Keep the cached entries at `positions` (ascending, all >= base), moved to base, base + 1,
-        ..; drop everything else past base. A tree's accepted path is packed this way."""
-        self.cache.compact(base, positions)
+    def layer_shape(self) -> dict:
+        return layer_shape(self.config)
+
+    def rope_tables(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return tables(self._inv_freq, self._rope_scale, length)
+
+    def head_layer(self, weights: Mapping[str, torch.Tensor], lm_head: torch.Tensor) -> "NativeLlama":
+        """One decoder layer of this model's shape, kernels and rotary embedding with these
+        weights (names within a layer; no input norm, no final norm) and `lm_head` [V', H] as its
+        logits: a 1-layer `NativeLlama` run on input vectors by `run`."""
+        config = copy.deepcopy(self.config)
+        config.num_hidden_layers = 1
+        named = {f"model.layers.0.{name}": tensor for name, tensor in weights.items()}
+        named.update({"model.embed_tokens.weight": self.embed[:0],  # unused: it runs on vectors
+                      "lm_head.weight": lm_head})
+        return NativeLlama(config, named, self.dtype, self.kernels)
+
+    def run(self, cache: StaticKVCache, x: torch.Tensor, positions: torch.Tensor | None = None,
+            mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`HeadLayer.run`: the layers on input vectors x [T, H]."""
+        return self.run_layers(cache, x, positions, mask)
 
     @torch.inference_mode()
-    def run_layers(self, x: torch.Tensor, positions: torch.Tensor | None = None,
-                   mask: torch.Tensor | None = None,
+    def run_layers(self, cache: StaticKVCache, x: torch.Tensor,
+                   positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                    layers: Sequence[int] | None = None) -> torch.Tensor:
         """The decoder stack on input vectors x: [T, H] (token embeddings, or an EAGLE head's fused
-        features), appended to the cache at start = cache length; returns [T, H] after the final
+        features), appended to the cache at start = cache.length; returns [T, H] after the final
         norm (if there is one).
 
         positions: [T] rotary positions (default start..start+T-1); mask: [T, start + T] bool, True
         where a row may attend (default causal over the cache and the new rows)."""
-        T, start = x.shape[0], self.cache.length
-        self.cache.reserve(T)
-        if self._cos.shape[0] < self.cache.capacity:
-            self._rope_cache(self.cache.capacity)
+        T, start = x.shape[0], cache.length
+        cache.reserve(T)
+        if self._cos.shape[0] < cache.capacity:
+            self._rope_cache(cache.capacity)
         if positions is None:
             positions = torch.arange(start, start + T)
         assert mask is None or mask.shape == (T, start + T), (mask.shape, T, start)
@@ -201,9 +223,22 @@ class NativeLlama:
         for i in range(self.num_layers) if layers is None else layers:
             w = self.layers[i]
             h = x if w.input_norm is None else k.rms_norm(x, w.input_norm, self.eps)
-            o = k.attention(w.qkv(h), self.cache.keys[i], self.cache.values[i], self._cos,
-                            self._sin, positions, mask, start, self.num_heads)  # [T, heads d]
+            o = k.attention(w.qkv(h), cache.keys[i], cache.values[i], self._cos, self._sin,
+                            positions, mask, start, self.num_heads)  # [T, heads d]
             x = x + w.out(o)
             x = x + w.down(k.silu_mul(w.gate_up(k.rms_norm(x, w.post_norm, self.eps))))
-        self.cache.length = start + T
+        cache.length = start + T
         return x if self.norm is None else k.rms_norm(x, self.norm, self.eps)
+
+
+def layer_shape(config) -> dict:
+    """The sizes of one decoder layer of a transformers config (`FeatureTarget.layer_shape`)."""
+    return {
+        "hidden_size": config.hidden_size,
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": config.num_key_value_heads,
+        "head_dim": getattr(config, "head_dim", None)
+        or config.hidden_size // config.num_attention_heads,
+        "intermediate_size": config.intermediate_size,
+        "rms_norm_eps": config.rms_norm_eps,
+    }

@@ -2,14 +2,14 @@
 
 - an embedded alias (`smollm2-135m`, the default): a GGUF file shipped inside a PyPI package,
   located with `importlib.util.find_spec` so the package itself is never imported;
-- a `.gguf` file; transformers dequantizes it (slow, ~17 s), so the result is cached as safetensors
-  under `cache_dir()` and later loads take a fraction of a second;
+- a `.gguf` file; transformers dequantizes it (slow), so the result is cached as safetensors
+  under `cache_dir()` and later loads are quick;
 - a local Hugging Face model directory;
 - a hub id (`org/name`), which works only when the hub is reachable.
 
 For a local directory of safetensors files and a Llama-family model, the native target is built
-straight from the files (second load of the default model: ~1.8 s, of which tokenizer and config
-take most); the transformers model is built only if asked for (`LoadedModel.hf_model`).
+straight from the files (the tokenizer and config take most of a load); the transformers model is
+built only if asked for (`LoadedModel.hf_model`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelLoadError
-from ..kernels import describe
 from ..storage import cache_dir
 from . import llama
 from .target import HFTarget, Target
@@ -61,10 +60,9 @@ class LoadedModel:
 
     @property
     def kernels(self) -> str:
-        """What computes the target's steps, as every report names it: 'avx2 kernels (OpenMP,
-        2 threads)' on the native backend."""
-        kernels = getattr(self.target, "kernels", None)
-        return describe(kernels) if kernels is not None else "transformers (torch operations)"
+        """What computes the target's steps, as every report names it ('avx2 kernels (OpenMP,
+        2 threads)', 'transformers on cuda')."""
+        return self.target.describe()
 
     @property
     def context_length(self) -> int:
@@ -89,28 +87,48 @@ class LoadedModel:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "float32") -> LoadedModel:
-    """Load a model by alias, .gguf path, local directory or hub id (see module docstring)."""
+def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "float32",
+               device: str = "cpu") -> LoadedModel:
+    """Load a model by alias, .gguf path, local directory or hub id (see module docstring), on
+    `device` ("cpu", or "cuda" with the transformers backend)."""
     if backend not in ("auto", "native", "transformers"):
         raise ModelLoadError(f"unknown backend {backend!r} (choose auto, native or transformers)")
     if dtype not in DTYPES:
         raise ModelLoadError(f"unknown dtype {dtype!r} (choose {', '.join(DTYPES)})")
-    source, key = _resolve(name)
+    on_cpu = _check_device(device, backend)
+    source, key = resolve_source(name)
     tokenizer, config = _load_tokenizer_and_config(source, name)
-    use_native = backend == "native" or (backend == "auto" and llama.supports(config))
+    use_native = on_cpu and (backend == "native" or (backend == "auto" and llama.supports(config)))
     if use_native and not llama.supports(config):
         raise ModelLoadError(f"the native backend does not support {config.model_type!r}")
     weights = _read_safetensors(source) if use_native else None
     # a hub id, other checkpoint formats, or the transformers backend need the transformers model
     hf_model = _load_hf_model(source, name) if weights is None else None
     if not use_native:
-        target: Target = HFTarget(hf_model.to(DTYPES[dtype]))
+        target: Target = HFTarget(hf_model.to(device=device, dtype=DTYPES[dtype]))
     elif hf_model is None:
         target = llama.NativeLlama(config, weights, DTYPES[dtype])
     else:
         target = llama.NativeLlama.from_hf(hf_model, DTYPES[dtype])
     return LoadedModel(name, key, tokenizer, target, "native" if use_native else "transformers",
                        _eos_ids(source, config, tokenizer), source, hf_model)
+
+
+def _check_device(device: str, backend: str) -> bool:
+    """True for the CPU; a one-line error for a device torch cannot use here, or one the native
+    backend (CPU kernels) does not run on."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise ModelLoadError(f"unknown device {device!r} (e.g. cpu, cuda, cuda:1)") from None
+    if kind == "cpu":
+        return True
+    if backend == "native":
+        raise ModelLoadError("the native backend runs on the CPU; use --backend transformers "
+                             f"for {device}")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r}: torch sees no CUDA GPU on this machine")
+    return False
 
 
 def gguf_file(name: str) -> Path | None:
@@ -128,7 +146,7 @@ def gguf_file(name: str) -> Path | None:
     return path.resolve() if path.suffix == ".gguf" and path.is_file() else None
 
 
-def _resolve(name: str) -> tuple[Path | str, str]:
+def resolve_source(name: str) -> tuple[Path | str, str]:
     """-> (a directory transformers can load, or a hub id; a stable key for the weights)."""
     if name in EMBEDDED:
         return _converted_gguf(gguf_file(name)), name
@@ -154,7 +172,7 @@ def _resolve(name: str) -> tuple[Path | str, str]:
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
     """One quick connection attempt, so that an offline machine fails in seconds rather than
-    after the hub client's retries (about 50 s measured here)."""
+    after the hub client's retries (which take most of a minute)."""
     import socket
     from urllib.parse import urlparse
 

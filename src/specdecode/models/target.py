@@ -1,116 +1,192 @@
-"""The Target protocol and its transformers backend.
+"""The Target protocol, its capabilities, and the transformers backend.
 
-A target scores new tokens against its own KV cache and owns that cache. Drafters and the
-verifier never reach inside it: they see `hidden`/`logits`/`forward`, `compact`/`rollback`,
-`length` and `reset`. Hidden states are the final-normed features the LM head reads (EAGLE and
-Medusa heads draft from them).
+A target is the model whose output is the truth. It holds weights only: each request has its own
+KV cache (`new_cache()`), which the target's scoring functions append to, so several requests
+can be in flight on one model. Drafters and the verifier never reach inside a target; what a
+drafter needs beyond scoring is a named capability it declares (`Drafter.requires`):
+
+- `FeatureTarget`: the target's features, embedding and LM head, and a decoder layer built like
+  its own, for learned heads (EAGLE, Medusa) and their training;
+- `LayerSkipTarget`: scoring with a subset of the decoder layers (self-speculation).
+
+Hidden states are the final-normed features the LM head reads.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from ..tree import TokenTree
+from ..core.tree import TokenTree
 
 
+class KVCache(Protocol):
+    """One sequence's keys and values: `length` positions, appended to by the target."""
+
+    length: int
+
+    def rollback(self, length: int) -> None:
+        """Drop every cached position >= length."""
+        ...
+
+    def compact(self, base: int, positions: Sequence[int]) -> None:
+        """Keep the entries at `positions` (ascending, >= base), packed to base, base + 1, ..;
+        drop everything else from base on: a tree's accepted path behind the prefix."""
+        ...
+
+
+@runtime_checkable
 class Target(Protocol):
     vocab_size: int
     max_length: int  # context window in tokens
-    length: int  # tokens currently in the KV cache
-    num_layers: int
+    device: torch.device
 
-    def forward(self, tokens: torch.Tensor, layers: Sequence[int] | None = None) -> torch.Tensor:
-        """Append tokens ([T] int64) at positions length..length+T; return logits [T, V].
-
-        `layers` runs only those decoder layers (self-speculative drafting); backends that cannot do
-        that raise NotImplementedError."""
+    def new_cache(self) -> KVCache:
+        """An empty cache for a new sequence."""
         ...
 
-    def hidden(self, tokens: torch.Tensor, tree: TokenTree | None = None) -> torch.Tensor:
-        """Append tokens ([T] int64) and return their hidden states [T, H]. With a tree the tokens
-        are its rows [root, nodes], each attending only to the cache and its ancestors."""
+    def hidden(self, cache: KVCache, tokens: torch.Tensor,
+               tree: TokenTree | None = None) -> torch.Tensor:
+        """Append tokens ([T] int64) at positions cache.length.. and return their hidden states
+        [T, H]. With a tree the tokens are its rows [root, nodes], each attending only to the
+        cache and its ancestors."""
         ...
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head: hidden [T, H] -> logits [T, V] (float32)."""
         ...
 
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Append tokens ([T] int64) without computing logits (the prompt: only its KV is needed);
+    def prefill(self, cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
+        """Append tokens ([T] int64) without computing logits (a prompt: only its KV is needed);
         returns their hidden states [T, H]."""
         ...
 
-    def compact(self, base: int, positions: Sequence[int]) -> None:
-        """Keep the cached entries at `positions` (ascending, >= base), packed to base, base + 1..;
-        drop everything else from base on."""
-        ...
-
-    def rollback(self, length: int) -> None:
-        """Drop every cached position >= length."""
-        ...
-
-    def reset(self) -> None:
-        """Empty the cache for a new request."""
+    def describe(self) -> str:
+        """What computes the steps, as every report names it ('avx2 kernels (OpenMP, 2 threads)')."""
         ...
 
 
-class HFTarget:
-    """Any transformers causal LM, with a `DynamicCache` cropped on rollback.
+def forward(target: Target, cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
+    """tokens [T] -> logits [T, V], appended to the cache."""
+    return target.logits(target.hidden(cache, tokens))
 
-    The fallback for architectures the native path does not cover."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        from transformers import DynamicCache
+class HeadLayer(Protocol):
+    """One decoder layer with the target's shapes, kernels and rotary embedding, run on input
+    vectors (not token ids) with its own KV cache: an EAGLE head's layer."""
 
-        self.model = model.eval()
-        config = model.config
-        self.vocab_size = model.get_output_embeddings().weight.shape[0]
-        self.max_length = getattr(config, "max_position_embeddings", 2048)
-        self.num_layers = config.num_hidden_layers
-        self._new_cache = lambda: DynamicCache(config=config)
-        self.reset()
+    def new_cache(self) -> KVCache:
+        ...
 
-    @property
-    def length(self) -> int:
-        return self._length
-
-    def reset(self) -> None:
-        self.cache = self._new_cache()
-        self._length = 0
-
-    def forward(self, tokens: torch.Tensor, layers: Sequence[int] | None = None) -> torch.Tensor:
-        if layers is not None:
-            raise NotImplementedError("the transformers backend cannot skip layers")
-        return self.logits(self.hidden(tokens))
-
-    def hidden(self, tokens: torch.Tensor, tree: TokenTree | None = None) -> torch.Tensor:
-        if tree is not None and not tree.is_chain:
-            raise NotImplementedError("the transformers backend verifies chains only, not trees")
-        positions = torch.arange(self._length, self._length + tokens.shape[0])
-        with torch.inference_mode():
-            out = self.model.get_decoder()(input_ids=tokens[None], position_ids=positions[None],
-                                           cache=self.cache, use_cache=True)
-        self._length += tokens.shape[0]
-        return out.last_hidden_state[0]  # [T, H]
+    def run(self, cache: KVCache, x: torch.Tensor, positions: torch.Tensor | None = None,
+            mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [T, H] appended at cache.length; positions: [T] (default the next ones); mask:
+        [T, cache.length + T] bool, True where a row may attend (default causal) -> [T, H]."""
+        ...
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        with torch.inference_mode():
-            logits = self.model.get_output_embeddings()(hidden).float()
-        cap = getattr(self.model.config, "final_logit_softcapping", None)  # Gemma 2
-        return logits if cap is None else torch.tanh(logits / cap) * cap
+        """[T, H] -> [T, V'] over the LM-head rows the layer was built with."""
+        ...
 
-    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.hidden(tokens)
+
+@runtime_checkable
+class FeatureTarget(Target, Protocol):
+    """A target whose features learned heads draft from and train on."""
+
+    hidden_size: int
+    dtype: torch.dtype  # of its weight matrices
+
+    def embedding(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [T] int64 -> the input vectors [T, H] (fp32)."""
+        ...
+
+    def lm_head_rows(self, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The LM head's rows [len(ids), H] for these token ids (all [V, H] for None)."""
+        ...
+
+    def layer_shape(self) -> dict:
+        """Sizes of one decoder layer: hidden_size, num_attention_heads, num_key_value_heads,
+        head_dim, intermediate_size, rms_norm_eps."""
+        ...
+
+    def rope_tables(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [length, head_dim] of positions 0..length-1, as the target's layers use."""
+        ...
+
+    def head_layer(self, weights: Mapping[str, torch.Tensor], lm_head: torch.Tensor) -> HeadLayer:
+        """A `HeadLayer` from one layer's weights by their transformers names within a layer
+        (`self_attn.q_proj.weight`, ..., `post_attention_layernorm.weight`; no input norm), with
+        `lm_head` [V', H] as its logits."""
+        ...
+
+
+@runtime_checkable
+class LayerSkipTarget(Target, Protocol):
+    num_layers: int
+
+    def forward_layers(self, cache: KVCache, tokens: torch.Tensor,
+                       layers: Sequence[int]) -> torch.Tensor:
+        """Like `forward` with only these decoder layers: tokens [T] -> logits [T, V]; the entries
+        it appends are a draft's, overwritten once the cache is rolled back and scored fully."""
+        ...
+
+
+class HFCache:
+    """A transformers `DynamicCache` with a length; rollback crops it (chains only)."""
+
+    def __init__(self, cache) -> None:
+        self.cache, self.length = cache, 0
+
+    def rollback(self, length: int) -> None:
+        assert 0 <= length <= self.length, (length, self.length)
+        if length < self.length:
+            self.cache.crop(length - self.length)  # transformers 5: a negative count drops
+        self.length = length
 
     def compact(self, base: int, positions: Sequence[int]) -> None:
         if list(positions) != list(range(base, base + len(positions))):
             raise NotImplementedError("the transformers backend verifies chains only, not trees")
         self.rollback(base + len(positions))
 
-    def rollback(self, length: int) -> None:
-        assert 0 <= length <= self._length, (length, self._length)
-        if length < self._length:
-            self.cache.crop(length - self._length)  # transformers 5: a negative count drops
-        self._length = length
+
+class HFTarget:
+    """Any transformers causal LM: the fallback for architectures the native path does not
+    cover, and the backend for GPUs."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model.eval()
+        config = model.config
+        self.config = config
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        self.max_length = getattr(config, "max_position_embeddings", 2048)
+        self.device = next(model.parameters()).device
+
+    def new_cache(self) -> HFCache:
+        from transformers import DynamicCache
+
+        return HFCache(DynamicCache(config=self.config))
+
+    def hidden(self, cache: HFCache, tokens: torch.Tensor,
+               tree: TokenTree | None = None) -> torch.Tensor:
+        if tree is not None and not tree.is_chain:
+            raise NotImplementedError("the transformers backend verifies chains only, not trees")
+        tokens = tokens.to(self.device)
+        positions = torch.arange(cache.length, cache.length + tokens.shape[0], device=self.device)
+        with torch.inference_mode():
+            out = self.model.get_decoder()(input_ids=tokens[None], position_ids=positions[None],
+                                           cache=cache.cache, use_cache=True)
+        cache.length += tokens.shape[0]
+        return out.last_hidden_state[0]  # [T, H]
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            logits = self.model.get_output_embeddings()(hidden).float()
+        cap = getattr(self.config, "final_logit_softcapping", None)  # Gemma 2
+        return logits if cap is None else torch.tanh(logits / cap) * cap
+
+    def prefill(self, cache: HFCache, tokens: torch.Tensor) -> torch.Tensor:
+        return self.hidden(cache, tokens)
+
+    def describe(self) -> str:
+        return f"transformers on {self.device.type}"

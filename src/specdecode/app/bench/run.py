@@ -1,0 +1,259 @@
+"""`specdecode bench`: Spec-Bench prompts through our methods and the peers (transformers
+`generate()` on the same weights: plain, prompt lookup, assisted by a draft model; llama.cpp on the
+model's GGUF file when installed), interleaved prompt by prompt, repeated (median), written as
+records, a Markdown report, JSON and plots."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ...drafters import DRAFTERS
+from ...errors import InvalidParameterError, SpecDecodeError
+from ...models import LoadedModel, load_model
+from ...models.loader import gguf_file
+from ...pipeline import SpecDecoder
+from ..options import check_args, drafter_values, load, resolve_args
+from . import llamacpp
+from .audit import greedy_audit
+from .records import Record, RecordStore
+from .report import format_report, summarize
+from .specbench import LLAMA_CPP_PEERS, PEERS, group_of, load_questions, select, turns_of
+
+
+def default_methods() -> str:
+    """Every registered drafter (plain decoding first) and every peer: what `bench` runs."""
+    return ",".join(["ar", *sorted(m for m in DRAFTERS if m != "ar"), *PEERS])
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    if args.limit < 1 or args.repeats < 1 or args.max_new_tokens < 1:
+        raise InvalidParameterError("--limit, --repeats and --max-new-tokens must be >= 1")
+    if args.temperature < 0:
+        raise InvalidParameterError(f"--temperature must be >= 0, got {args.temperature}")
+    sweep = _parse_sweep(args.sweep_k)
+    methods = [m.strip() for m in (args.methods or default_methods()).split(",") if m.strip()]
+    unknown = [m for m in methods if m not in DRAFTERS and m not in PEERS]
+    if unknown:
+        raise InvalidParameterError(f"unknown method {unknown[0]!r} (choose from "
+                                    f"{', '.join(sorted(DRAFTERS) + list(PEERS))})")
+    if "ar" not in methods:
+        methods.insert(0, "ar")  # every speed-up is relative to our plain decoding
+    check_args(args)
+    model = load(args)
+    left_out: dict[str, str] = {}
+    if "hf-assisted" in methods and not args.draft_model:
+        left_out["hf-assisted"] = "it needs --draft-model"
+    assistant = (load_model(args.draft_model).hf_model
+                 if "hf-assisted" in methods and args.draft_model else None)
+    gguf = gguf_file(args.model)
+    if not (llamacpp.installed() and gguf):
+        why = ("the model has no GGUF file" if llamacpp.installed()
+               else "llama-cpp-python is not installed: pip install 'specdecode[peers]'")
+        left_out.update({m: why for m in methods if m in LLAMA_CPP_PEERS})
+    # --draft-model is the draft model when one runs (`draft`, `hf-assisted`); learned drafters
+    # then take the heads shipped for the model
+    overrides = {"draft_model": None} if {"draft", "hf-assisted"} & set(methods) else {}
+    decoders = {}
+    for m in methods:
+        if m in PEERS or m in left_out:
+            continue
+        try:
+            spec = resolve_args(args, model, m, **({} if m == "draft" else overrides))
+        except SpecDecodeError as exc:
+            left_out[m] = str(exc)
+            continue
+        decoders[m] = SpecDecoder(model, spec)
+    for m, why in left_out.items():
+        print(f"bench: leaving out {m} ({why})", file=sys.stderr)
+    methods = [m for m in methods if m not in left_out]
+    llama_cpp_peers = {m: llamacpp.LlamaCppPeer(
+        gguf, torch.get_num_threads(), model.context_length,
+        lookup_tokens=args.hf_lookup_tokens if m == "llamacpp-lookup" else None)
+        for m in methods if m in LLAMA_CPP_PEERS}
+    labels: dict[str, tuple[str, int | None]] = {}  # label -> (method, K)
+    for m in methods:
+        if m in PEERS:
+            labels[m] = (m, None)
+        elif sweep and m != "ar":
+            labels.update({f"{m}@k{k}": (m, k) for k in sweep})
+        else:
+            labels[m] = (m, decoders[m].k or None)
+    settings = {"model": model.key, "backend": model.backend, "dtype": args.dtype,
+                "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                "questions": args.questions or "shipped", "k": args.k, "adaptive": args.adaptive,
+                "options": drafter_values(args), "hf_lookup_tokens": args.hf_lookup_tokens}
+    out = Path(args.out)
+    store = RecordStore(out, settings, args.resume)
+    questions = select(load_questions(args.questions), args.limit)
+    jobs = [(q, turn, r, label) for q in questions for turn in range(1, len(turns_of(q)) + 1)
+            for r in range(args.repeats) for label in labels]
+    prompts: dict[tuple[int, int], list[int]] = {}
+
+    def prompt_ids(q: dict, turn: int) -> list[int]:
+        """Turn 2 continues the conversation with our plain decoding's first answer."""
+        key = (q["question_id"], turn)
+        if key not in prompts:
+            turns = turns_of(q)
+            if turn == 1:
+                prompts[key] = model.encode_prompt(turns[0])
+            else:
+                answer = store.get((q["question_id"], 1, "ar", 0))
+                prompts[key] = model.encode_chat([
+                    {"role": "user", "content": turns[0]},
+                    {"role": "assistant", "content": model.decode(answer.token_ids)},
+                    {"role": "user", "content": turns[1]}])
+        return prompts[key]
+
+    def run(label: str, ids: list[int], max_new: int, repeat: int) -> dict:
+        method, k = labels[label]
+        if method in llama_cpp_peers:
+            out_ids, seconds = llama_cpp_peers[method].generate(ids, max_new, args.temperature,
+                                                                repeat, model.eos_token_ids)
+            return dict(new_tokens=len(out_ids), seconds=seconds, token_ids=out_ids)
+        if method in PEERS:
+            out_ids, seconds = _hf_generate(model, ids, max_new, args.temperature, repeat,
+                                            lookup=args.hf_lookup_tokens if method == "hf-lookup"
+                                            else None, assistant=assistant if method == "hf-assisted"
+                                            else None)
+            return dict(new_tokens=len(out_ids), seconds=seconds, token_ids=out_ids)
+        result = decoders[method].generate(ids, max_new_tokens=max_new, k=k,
+                                           temperature=args.temperature, seed=repeat)
+        s = result.stats
+        return dict(new_tokens=s.new_tokens, seconds=s.wall_seconds, token_ids=result.token_ids,
+                    target_forwards=s.target_forwards, confirmed_tokens=s.confirmed_tokens,
+                    drafted=s.drafted, accepted=s.accepted, drafted_at=list(s.drafted_at),
+                    accepted_at=list(s.accepted_at))
+
+    todo = [j for j in jobs if store.get((j[0]["question_id"], j[1], j[3], j[2])) is None]
+    if todo:
+        warm = prompt_ids(questions[0], 1)
+        for label in labels:  # one-time allocations are not part of any measurement
+            run(label, warm, 4, 0)
+    bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="bench", unit="run")
+    try:
+        for q, turn, repeat, label in todo:  # interleaved: drifts in speed hit every method alike
+            ids = prompt_ids(q, turn)
+            store.add(Record(q["question_id"], turn, group_of(q), label, repeat,
+                             **run(label, ids, args.max_new_tokens, repeat)))
+            bar.update()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: reporting what was measured; `--resume --out {out}` continues")
+    finally:
+        bar.close()
+    for q in questions:  # the audit needs every prompt, also those measured before a resume
+        for turn in range(1, len(turns_of(q)) + 1):
+            if store.get((q["question_id"], 1, "ar", 0)) is not None:
+                prompt_ids(q, turn)
+    records = store.all()
+    info = {"model": model.name, "backend": model.backend, "dtype": args.dtype,
+            "temperature": args.temperature, "limit": args.limit, "repeats": args.repeats,
+            "max_new_tokens": args.max_new_tokens,
+            "methods": {label: _describe(label, labels, decoders, args)
+                        for label in labels},
+            "machine": {**_machine(), "kernels": model.kernels}}
+    summary = {group: {label: by_label[label] for label in labels if label in by_label}
+               for group, by_label in summarize(records).items()}  # in the order they ran
+    audit = greedy_audit(model, records, prompts) if args.temperature == 0 else None
+    report = format_report(summary, info, audit)
+    print(report)
+    (out / "bench.json").write_text(json.dumps(
+        {"info": info, "summary": summary, "audit": audit}, indent=1))
+    (out / "bench.md").write_text(report + "\n")
+    written = [out / "bench.md", out / "bench.json", store.path]
+    if summary:
+        from .plots import write_plots
+
+        title = f"{model.name} ({args.dtype}), {info['machine']['cpu']}"
+        written += write_plots(summary, {lbl: k for lbl, (_, k) in labels.items() if k}, out, title)
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _parse_sweep(text: str | None) -> list[int]:
+    if not text:
+        return []
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise InvalidParameterError(f"--sweep-k takes comma-separated integers, got {text!r}")
+    if not ks or ks[0] < 1:
+        raise InvalidParameterError(f"--sweep-k values must be >= 1, got {text!r}")
+    return ks
+
+
+def _describe(label: str, labels: dict, decoders: dict, args) -> str:
+    method, k = labels[label]
+    if method == "hf-lookup":
+        return f"transformers generate(prompt_lookup_num_tokens={args.hf_lookup_tokens})"
+    if method == "hf-assisted":
+        return f"transformers generate(assistant_model={args.draft_model})"
+    if method == "hf":
+        return "transformers generate()"
+    if method in LLAMA_CPP_PEERS:
+        from importlib.metadata import version
+
+        lookup = (f", prompt lookup drafting {args.hf_lookup_tokens}"
+                  if method == "llamacpp-lookup" else "")
+        return (f"llama.cpp (llama-cpp-python {version('llama-cpp-python')}) on "
+                f"{gguf_file(args.model).name}{lookup}: its quantized kernels, not in the equality "
+                "audit")
+    tuned = " (tuned profile)" if decoders[method].spec.note else ""
+    return decoders[method].drafter.describe() + (f", k={k}" if k else "") + tuned
+
+
+def _hf_generate(model: LoadedModel, ids: list[int], max_new: int, temperature: float, seed: int,
+                 lookup: int | None = None, assistant=None) -> tuple[list[int], float]:
+    """transformers generate() on the same weights; returns (new token ids without EOS, seconds).
+    Sampling uses the full distribution (top_k=0, top_p=1), as our sampling does by default."""
+    input_ids = torch.tensor([ids])
+    kwargs = dict(max_new_tokens=max_new, attention_mask=torch.ones_like(input_ids),
+                  eos_token_id=sorted(model.eos_token_ids),
+                  pad_token_id=model.tokenizer.pad_token_id or sorted(model.eos_token_ids)[0])
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+        torch.manual_seed(seed)
+    else:
+        kwargs.update(do_sample=False)
+    if lookup:
+        kwargs["prompt_lookup_num_tokens"] = lookup
+    if assistant is not None:
+        kwargs["assistant_model"] = assistant
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = model.hf_model.generate(input_ids, **kwargs)[0, len(ids):].tolist()
+    seconds = time.perf_counter() - started
+    while out and out[-1] in model.eos_token_ids:
+        out.pop()
+    return out, seconds
+
+
+def _machine() -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        commit = ""
+    # ru_maxrss is in KiB on Linux: the process's peak, weights and KV caches included
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "commit": commit or "unknown", "date": time.strftime("%Y-%m-%d %H:%M"),
+            "peak_rss_mb": peak_mb}

@@ -1,0 +1,251 @@
+"""Command line: `specdecode generate | bench | tune | serve | train | export`.
+
+User mistakes (`SpecDecodeError`) print one line on stderr and exit with code 2; so do argument
+errors. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..drafters import DRAFTERS
+from ..errors import InvalidParameterError, SpecDecodeError
+from ..models import DEFAULT_MODEL
+from ..spec import DEFAULT_METHOD
+from .export import DEFAULT_VERIFIER, FORMATS
+from .options import add_drafter_arguments
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line instead of usage + error
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"alias, .gguf file, model directory or hub id (default: {DEFAULT_MODEL})")
+    p.add_argument("--backend", default="auto", choices=["auto", "native", "transformers"],
+                   help="native Llama-family path or transformers (default: native when supported)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="weight dtype of the target as loaded (default: float32)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu (default), or cuda with --backend transformers")
+    p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels "
+                                               "(default: all cores)")
+
+
+def _add_method_arg(p: argparse.ArgumentParser) -> None:
+    methods = ", ".join(sorted(DRAFTERS))
+    p.add_argument("--method",
+                   help=f"decoding method: {methods} (default: the model's tuned profile if "
+                        f"`specdecode tune` ran, else {DEFAULT_METHOD}, the fastest lossless "
+                        "method measured on the default model; ar = plain decoding)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="specdecode", description=(
+        "Lossless speculative decoding: a cheap drafter proposes tokens, the model verifies them "
+        "all in one forward pass; the output is exactly what the model alone would produce."))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="generate text and print the run's statistics",
+                       description="Generate from PROMPT (or --prompt-file, or stdin), streaming "
+                                   "the text, then print τ, acceptance rate and speed.")
+    g.add_argument("prompt", nargs="?", help="the prompt (default: --prompt-file or stdin)")
+    g.add_argument("--prompt-file", help="read the prompt from this file")
+    _add_model_args(g)
+    _add_method_arg(g)
+    add_drafter_arguments(g)
+    g.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
+    g.add_argument("--seed", type=int, help="seed for sampling (reproducible runs)")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    g.add_argument("--compare", action="store_true",
+                   help="also run plain decoding; print both, the speed-up and whether the "
+                        "greedy outputs are token-identical")
+
+    b = sub.add_parser("bench", help="Spec-Bench speed table: our methods and their peers",
+                       description="Run the first N prompts of each Spec-Bench task group (MT-bench "
+                                   "with both turns) through plain decoding, every drafter and "
+                                   "transformers generate() on the same weights, interleaved "
+                                   "prompt by prompt; write a Markdown table, JSON records and "
+                                   "PNG plots, and audit greedy outputs token by token.")
+    _add_model_args(b)
+    b.add_argument("--limit", type=int, default=3, help="prompts per task group (default 3)")
+    b.add_argument("--methods",
+                   help="comma-separated: our methods (" + ", ".join(sorted(DRAFTERS)) + ") and "
+                        "peers (hf, hf-lookup, hf-assisted, llamacpp, llamacpp-lookup); a method "
+                        "that cannot run is left out with the reason (draft and hf-assisted need "
+                        "--draft-model, eagle and medusa a trained head, llamacpp a GGUF model "
+                        "and pip install 'specdecode[peers]') (default: all)")
+    add_drafter_arguments(b)
+    b.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    b.add_argument("--temperature", type=float, default=0.0,
+                   help="0 = greedy with the equality audit (default); > 0 samples, seeded by "
+                        "the repeat index, and reports speed and τ only")
+    b.add_argument("--repeats", type=int, default=2, help="timed repeats per prompt (median)")
+    b.add_argument("--sweep-k", metavar="K1,K2,...",
+                   help="run every drafting method at each of these draft lengths (for the "
+                        "speed-up and τ against K plot), e.g. 1,2,4,6,8,12")
+    b.add_argument("--hf-lookup-tokens", type=int, default=10,
+                   help="draft length of the peers' prompt lookup: transformers "
+                        "prompt_lookup_num_tokens, llama.cpp num_pred_tokens (default 10)")
+    b.add_argument("--out", default="bench-out",
+                   help="directory for bench.md, bench.json, records.jsonl and the plots "
+                        "(default bench-out)")
+    b.add_argument("--resume", action="store_true",
+                   help="continue the run recorded in --out: nothing already measured is rerun")
+    b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy)")
+    b.add_argument("--floor", action="store_true",
+                   help="instead of the table: measure memory bandwidth, the per-step floor it "
+                        "implies, and the target's step time over 1, 4, 8 and 16 new tokens")
+
+    t = sub.add_parser("tune", help="measure drafting settings and save the fastest as defaults",
+                       description="Search which layers layerskip should skip (once per model), "
+                                   "then time plain decoding and every drafter's candidate "
+                                   "settings (prompt lookup over K and n-gram size, layerskip if "
+                                   "the search found a skip set, a draft model with "
+                                   "--draft-model, the shipped heads) on the last Spec-Bench "
+                                   "prompts of each task group, and save the fastest lossless "
+                                   "configuration as this model's defaults for generate, bench "
+                                   "and serve.")
+    _add_model_args(t)
+    t.add_argument("--draft-model", help="also try this draft model (same tokenizer)")
+    t.add_argument("--per-group", type=int, default=1,
+                   help="prompts per Spec-Bench task group (default 1)")
+    t.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
+    t.add_argument("--search-layers", action="store_true",
+                   help="search layerskip's skip set again even if the model's profile has one")
+
+    v = sub.add_parser("serve", help="OpenAI-compatible HTTP server",
+                       description="Serve /v1/completions, /v1/chat/completions, /v1/models, "
+                                   "/health and /metrics. --method and --k are the default; a "
+                                   "request can pick another drafter with the extension field "
+                                   '"speculative": {"method": ..., "k": ...}. Requests run one '
+                                   "at a time, in order, from a bounded queue.")
+    _add_model_args(v)
+    _add_method_arg(v)
+    add_drafter_arguments(v)
+    v.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    v.add_argument("--port", type=int, default=8000, help="default 8000")
+    v.add_argument("--served-model-name",
+                   help="model id reported by /v1/models and accepted in requests "
+                        "(default: --model as given)")
+    v.add_argument("--max-queue", type=int, default=16,
+                   help="requests that may wait for the engine; more get 503 (default 16)")
+    v.add_argument("--request-timeout", type=float, default=300.0,
+                   help="seconds a request may take, queueing included (default 300)")
+    v.add_argument("--shutdown-grace", type=float, default=10.0,
+                   help="on SIGTERM, seconds running requests may finish before they are "
+                        "cancelled (default 10)")
+    v.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn log level (default info)")
+
+    x = sub.add_parser("export", help="export a trained EAGLE head for vLLM",
+                       description="Write the EAGLE head in HEAD_DIR to OUT_DIR as config.json + "
+                                   "model.safetensors: by default in the EAGLE-1 layout vLLM's "
+                                   "method 'eagle' loads; see docs/serving-with-vllm.md.")
+    x.add_argument("head_dir", metavar="HEAD_DIR", help="EAGLE head directory (from training)")
+    x.add_argument("out_dir", metavar="OUT_DIR", help="directory to write")
+    x.add_argument("--format", default="vllm", choices=FORMATS,
+                   help="vllm: the EAGLE-1 checkpoint layout vLLM's method 'eagle' loads "
+                        "(default); speculators: the speculators EAGLE-1 layout")
+    x.add_argument("--verifier", default=DEFAULT_VERIFIER,
+                   help="the verifier (target) model as vLLM will load it: hub id or path "
+                        f"(default: {DEFAULT_VERIFIER}, the default model)")
+    x.add_argument("--speculative-tokens", type=int,
+                   help="draft length recorded in the config (--format speculators only; "
+                        "default 5)")
+    x.set_defaults(threads=None)
+
+    from .train.run import (
+        DEFAULT_EPOCHS,
+        DEFAULT_NUM_PROMPTS,
+        DEFAULT_VAL_PROMPTS,
+        LEARNING_RATE,
+        TAU_PROMPTS,
+    )
+
+    r = sub.add_parser("train", help="train an EAGLE or Medusa drafting head for a model",
+                       description="Self-distillation: sample prompts (balanced across their "
+                                   "sources), let the model answer them greedily, record its "
+                                   "hidden states over prompt + answer, and train a head to draft "
+                                   "its next tokens. Every phase is cached in --out, so --resume "
+                                   "redoes no finished work. The head is written to OUT/head; use "
+                                   "it with `generate --method METHOD --draft-model OUT/head`. "
+                                   "With the defaults, SmolLM2-135M on 2 idle CPU cores takes about "
+                                   "60 minutes.")
+    r.add_argument("method", choices=["eagle", "medusa"],
+                   help="eagle: a one-layer feature-level head (EAGLE-2 tree drafting); "
+                        "medusa: independent heads, one per draft position")
+    r.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"alias, .gguf file or model directory of a Llama-family model "
+                        f"(default: {DEFAULT_MODEL})")
+    r.add_argument("--prompts", required=True,
+                   help="JSONL file of prompts with fields id, prompt and source (for example "
+                        "the project's ../shared/data/train_prompts.jsonl)")
+    r.add_argument("--out", required=True,
+                   help="directory for the answers, features, checkpoint and the head")
+    r.add_argument("--num-prompts", type=int, default=DEFAULT_NUM_PROMPTS,
+                   help=f"training prompts (default {DEFAULT_NUM_PROMPTS})")
+    r.add_argument("--val-prompts", type=int, default=DEFAULT_VAL_PROMPTS,
+                   help=f"held-out validation prompts (default {DEFAULT_VAL_PROMPTS}; validation "
+                        f"τ runs on the first {TAU_PROMPTS})")
+    r.add_argument("--max-new-tokens", type=int, default=128,
+                   help="length limit of the model's answers (default 128)")
+    r.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS, help=f"default {DEFAULT_EPOCHS}")
+    r.add_argument("--draft-vocab", type=int, default=8192,
+                   help="draft over the N most frequent tokens of the answers (default 8192; "
+                        "0 = the full vocabulary)")
+    r.add_argument("--medusa-heads", type=int, default=3,
+                   help="medusa: heads, i.e. draft positions (default 3)")
+    r.add_argument("--lr", type=float, default=LEARNING_RATE,
+                   help=f"peak learning rate (default {LEARNING_RATE:g})")
+    r.add_argument("--batch-size", type=int, default=8, help="sequences per step (default 8)")
+    r.add_argument("--seed", type=int, default=0,
+                   help="seed for prompt sampling, initial weights and batch order (default 0)")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the run in --out (started with the same settings)")
+    r.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logger = logging.getLogger("specdecode")  # ours only: libraries keep their own logging
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("specdecode: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    try:
+        if args.threads is not None:
+            if args.threads < 1:
+                raise InvalidParameterError(f"--threads must be >= 1, got {args.threads}")
+            import torch
+
+            torch.set_num_threads(args.threads)
+        from . import commands
+
+        return getattr(commands, args.command.replace("-", "_"))(args)
+    except SpecDecodeError as exc:
+        print(f"specdecode: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("specdecode: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

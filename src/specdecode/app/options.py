@@ -1,0 +1,63 @@
+"""From the command line to the library: the drafting flags (made from the drafter registry, so a
+new drafter's options appear without touching the CLI), the model it names, and the resolved spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..drafters import option_fields
+from ..models import LoadedModel, load_model
+from ..spec import DecodingSpec, check_options, resolve
+
+
+def add_drafter_arguments(p: argparse.ArgumentParser) -> None:
+    """--k, --adaptive, --k-max, and one flag per drafter option (`--ngram-max`, ...): an option
+    several drafters share is one flag whose help names each."""
+    p.add_argument("--k", type=int,
+                   help="draft length γ (default: the tuned profile's, else the method's own)")
+    p.add_argument("--adaptive", action="store_true",
+                   help="adapt γ: +2 after a fully accepted draft, -1 after a rejection")
+    p.add_argument("--k-max", type=int, default=16, help="upper bound for adaptive γ (default 16)")
+    for name, declared in option_fields().items():
+        first = declared[0][1]
+        helps = [f"{method}: {f.metadata['help']}" for method, f in declared]
+        default = "" if first.default is None else f" (default {first.default})"
+        flag = "--" + name.replace("_", "-")
+        if isinstance(first.default, bool):
+            p.add_argument(flag, dest=name, action="store_true", default=None,
+                           help="; ".join(helps))
+            continue
+        # text the drafter parses itself (with a one-line error), else the default's type
+        kind = str if first.metadata.get("parse") or first.default is None else type(first.default)
+        p.add_argument(flag, dest=name, type=kind, default=None, help="; ".join(helps) + default)
+
+
+def drafter_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The drafter options given on the command line, by field name (None: not given)."""
+    return {name: getattr(args, name, None) for name in option_fields()}
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Bad drafting values fail before the model loads (and before anything is printed)."""
+    check_options(getattr(args, "method", None), args.k, args.k_max, drafter_values(args))
+
+
+def load(args: argparse.Namespace) -> LoadedModel:
+    """The model the command line names."""
+    return load_model(args.model, backend=args.backend, dtype=args.dtype, device=args.device)
+
+
+def resolve_args(args: argparse.Namespace, model: LoadedModel, method: str | None = None,
+                 **overrides: Any) -> DecodingSpec:
+    """The spec for `method` (default --method) with the command line's drafting values, some
+    replaced by `overrides` (by field name)."""
+    return resolve(model, method or getattr(args, "method", None), k=args.k,
+                   adaptive=args.adaptive, k_max=args.k_max,
+                   options={**drafter_values(args), **overrides})
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, ensure_ascii=False))

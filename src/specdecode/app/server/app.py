@@ -1,0 +1,344 @@
+"""The FastAPI app: OpenAI-compatible routes in front of one `EngineWorker`.
+
+Every generation goes through `_generate`: validate against the model, queue a `Job`, wait for
+its first event, and only then answer. Waiting before sending headers means a problem found by the
+engine (prompt too long, unknown drafter option) still becomes a proper 4xx response, even for a
+streamed request. Nothing the client sends may produce a 500: user errors are `SpecDecodeError`s
+(400), request shapes are checked by the pydantic schemas (400), and anything else is a bug that
+is logged and answered with a generic 500 body, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jinja2
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ...core.engine import Chunk
+from ...drafters import DRAFTERS
+from ...errors import InvalidParameterError, SpecDecodeError
+from ...models import LoadedModel
+from ...pipeline import SpecDecoder
+from . import responses
+from .metrics import RequestMetricsMiddleware, ServerMetrics
+from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
+from .worker import (
+    DecoderCache,
+    EngineWorker,
+    InternalError,
+    Job,
+    RequestTimeoutError,
+    ServerBusyError,
+    ServerShutdownError,
+)
+
+log = logging.getLogger("specdecode.server")
+
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+DISCONNECT_POLL_SECONDS = 0.5  # how often a waiting, not yet answered request checks its client
+RETRY_AFTER_SECONDS = 1
+
+
+class APIError(Exception):
+    """An error answered with OpenAI's error body."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type = status, message, type
+        self.param, self.code = param, code
+        self.headers = headers
+
+    def body(self) -> dict:
+        return responses.error_body(self.message, self.type, self.param, self.code)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), self.status, headers=self.headers)
+
+
+def api_error(exc: Exception) -> APIError:
+    """The HTTP meaning of an exception raised while serving a generation."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, SpecDecodeError):
+        return APIError(400, str(exc))
+    if isinstance(exc, ServerBusyError):
+        return APIError(503, str(exc), "server_error", code="server_busy",
+                        headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+    if isinstance(exc, ServerShutdownError):
+        return APIError(503, str(exc), "server_error", code="server_shutdown")
+    if isinstance(exc, RequestTimeoutError):
+        return APIError(504, str(exc), "timeout_error", code="request_timeout")
+    if isinstance(exc, InternalError):
+        return APIError(500, str(exc), "server_error", code="internal_error")
+    log.error("unexpected error", exc_info=exc)
+    return APIError(500, "internal server error; see the server log", "server_error",
+                    code="internal_error")
+
+
+@dataclass
+class ServerState:
+    model: LoadedModel
+    worker: EngineWorker
+    metrics: ServerMetrics
+    model_id: str  # what /v1/models reports and requests may name
+    request_timeout: float
+    created: int
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name not in (self.model_id, self.model.name):
+            raise APIError(404, f"The model `{name}` does not exist; this server serves "
+                                f"`{self.model_id}`", param="model", code="model_not_found")
+
+
+def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | None = None,
+               max_queue: int = 16, request_timeout: float = 300.0,
+               model_id: str | None = None) -> FastAPI:
+    """Build the app around one loaded model.
+
+    `decoder` serves requests that name no `speculative` method (a bare LoadedModel gets the
+    tuned or default method); `options` (drafter options by name) configure the drafters that
+    requests ask for by name."""
+    options = dict(options or {})
+    if isinstance(decoder, LoadedModel):
+        decoder = SpecDecoder(decoder, **options)
+    if request_timeout <= 0:
+        raise InvalidParameterError(f"request timeout must be > 0, got {request_timeout}")
+    metrics = ServerMetrics()
+    worker = EngineWorker(DecoderCache(decoder, options), metrics, max_queue)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        worker.start()
+        yield
+        await asyncio.to_thread(worker.stop)
+
+    app = FastAPI(title="specdecode", summary="OpenAI-compatible speculative decoding server",
+                  lifespan=lifespan)
+    app.state.specdecode = ServerState(decoder.model, worker, metrics,
+                                       model_id or decoder.model.name, request_timeout,
+                                       int(time.time()))
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    _add_error_handlers(app)
+    _add_routes(app)
+    return app
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.specdecode
+
+
+def _add_routes(app: FastAPI) -> None:
+    @app.get("/health")
+    async def health(request: Request) -> JSONResponse:
+        state = _state(request)
+        ok = state.worker.accepting
+        body = {"status": "ok" if ok else "shutting_down", "model": state.model_id,
+                "queue_length": state.worker.queue_length}
+        return JSONResponse(body, 200 if ok else 503)
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        m = _state(request).metrics
+        return Response(m.render(), media_type=m.content_type)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict:
+        return {"object": "list", "data": [_model_card(_state(request))]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str, request: Request) -> dict:
+        state = _state(request)
+        state.check_model(model_id)
+        return _model_card(state)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        model = _state(request).model
+        return await _generate(request, body, _completion_prompt(model, body.prompt), chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        model = _state(request).model
+        messages = [{"role": m.role, "content": m.content} for m in body.messages]
+        return await _generate(request, body, _chat_prompt(model, messages), chat=True)
+
+
+def _model_card(state: ServerState) -> dict:
+    return {"id": state.model_id, "object": "model", "created": state.created,
+            "owned_by": "specdecode", "context_length": state.model.context_length}
+
+
+def _completion_prompt(model: LoadedModel, prompt: str | list[int]) -> Callable[[], list[int]]:
+    """Prompt ids for /v1/completions: text as is (no chat template), or token ids checked
+    against the vocabulary (an out-of-range id would index past the embedding table)."""
+
+    def prepare() -> list[int]:
+        if isinstance(prompt, str):
+            return model.encode_prompt(prompt, chat=False)
+        vocab = model.target.vocab_size
+        if any(not 0 <= t < vocab for t in prompt):
+            raise InvalidParameterError(f"prompt token ids must be in [0, {vocab})")
+        return list(prompt)
+
+    return prepare
+
+
+def _chat_prompt(model: LoadedModel, messages: list[dict]) -> Callable[[], list[int]]:
+    """Prompt ids for /v1/chat/completions: the model's chat template, then the tokenizer with no
+    added special tokens (the template already wrote them)."""
+
+    def prepare() -> list[int]:
+        tok = model.tokenizer
+        if not getattr(tok, "chat_template", None):
+            raise InvalidParameterError("this model has no chat template; use /v1/completions")
+        try:
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except jinja2.TemplateError as exc:
+            raise InvalidParameterError(f"the chat template rejected the messages: {exc}") from exc
+        return tok(text, add_special_tokens=False)["input_ids"]
+
+    return prepare
+
+
+def _sampling_params(body: GenerationRequest, context_length: int, chat: bool) -> dict:
+    """Engine keyword arguments from the request; max_tokens is checked against the model."""
+    limit = body.token_limit
+    if limit is None:
+        limit = context_length if chat else COMPLETION_DEFAULT_MAX_TOKENS
+    if not 1 <= limit <= context_length:
+        raise APIError(400, f"max_tokens must be between 1 and the context length "
+                            f"{context_length}, got {limit}", param="max_tokens")
+    return dict(max_new_tokens=limit, temperature=body.temperature, top_k=max(body.top_k, 0),
+                top_p=body.top_p, seed=body.seed, stop=body.stop_strings)
+
+
+async def _generate(request: Request, body: GenerationRequest,
+                    prepare: Callable[[], list[int]], chat: bool) -> Response:
+    state = _state(request)
+    state.check_model(body.model)
+    params = _sampling_params(body, state.model.context_length, chat)
+    spec = body.speculative
+    method, k = (spec.method, spec.k) if spec else (None, None)
+    if method is not None and method not in DRAFTERS:
+        raise APIError(400, f"unknown speculative method {method!r} (choose from "
+                            f"{', '.join(sorted(DRAFTERS))})", param="speculative.method")
+    job = Job(prepare, method, k, params, state.request_timeout)
+    state.worker.submit(job)
+    try:
+        first = await _next_chunk(job, request)
+        if body.stream:
+            fmt = responses.Formatter(state.model_id, chat)
+            return _JobStream(_stream_events(job, first, fmt, body.include_usage_chunk), job)
+        chunks = [first]
+        while chunks[-1].finish_reason is None:
+            chunks.append(await _next_chunk(job, request))
+    except BaseException:
+        job.cancel()
+        raise
+    last = chunks[-1]
+    fmt = responses.Formatter(state.model_id, chat)
+    text = "".join(c.text for c in chunks)
+    usage = responses.usage(job.prompt_tokens, last.stats, job.decoder, job.k)
+    return JSONResponse(fmt.response(text, last.finish_reason, usage))
+
+
+async def _next_chunk(job: Job, request: Request) -> Chunk:
+    """Wait for the job's next chunk while nothing has been sent yet, noticing a client that
+    gives up meanwhile (so its queued or running job does not hold the engine)."""
+    while True:
+        chunk = await job.next_event(poll=DISCONNECT_POLL_SECONDS)
+        if chunk is not None:
+            return chunk
+        if await request.is_disconnected():
+            raise APIError(499, "client closed the request", code="client_closed_request")
+
+
+async def _stream_events(job: Job, chunk: Chunk, fmt: responses.Formatter, usage_chunk: bool):
+    """The SSE body: deltas, a closing chunk with finish_reason and usage, [DONE]. An error after
+    the headers were sent is reported as an `error` event, as the OpenAI API does."""
+    try:
+        if fmt.chat:
+            yield responses.sse(fmt.chunk(role=True))
+        while True:
+            if chunk.text:
+                yield responses.sse(fmt.chunk(chunk.text))
+            if chunk.finish_reason is not None:
+                break
+            chunk = await job.next_event()
+        usage = responses.usage(job.prompt_tokens, chunk.stats, job.decoder, job.k)
+        yield responses.sse(fmt.chunk(finish_reason=chunk.finish_reason, usage=usage))
+        if usage_chunk:
+            yield responses.sse(fmt.usage_chunk(usage))
+    except Exception as exc:
+        job.cancel()
+        yield responses.sse(api_error(exc).body())
+    finally:
+        job.cancel()
+    yield responses.DONE
+
+
+class _JobStream(StreamingResponse):
+    """A server-sent-event response that cancels its job however it ends (done, client gone,
+    server stopping): the engine stops at its next step instead of generating for nobody."""
+
+    def __init__(self, content, job: Job) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.job = job
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.job.cancel()
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_error(exc.errors()).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        return APIError(exc.status_code, str(exc.detail), code=code,
+                        headers=getattr(exc, "headers", None)).response()
+
+    for kind in (APIError, SpecDecodeError, ServerBusyError, ServerShutdownError,
+                 RequestTimeoutError, InternalError):
+        app.add_exception_handler(kind, _known_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+
+
+async def _known_error(request: Request, exc: Exception) -> JSONResponse:
+    return api_error(exc).response()
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s", request.url.path, exc_info=exc)
+    return api_error(InternalError("internal server error; see the server log")).response()
+
+
+def _validation_error(errors: list[dict]) -> APIError:
+    """OpenAI's error shape for the first problem pydantic found (`param` names the field)."""
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "")
+        return APIError(400, f"the request body is not valid JSON: {detail}".rstrip(": "),
+                        code="invalid_json")
+    param = ".".join(loc) or None
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    message = f"{param}: {msg}" if param else msg
+    return APIError(400, message, param=param)

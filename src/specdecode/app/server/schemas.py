@@ -1,0 +1,166 @@
+"""Request bodies of the OpenAI-compatible endpoints, validated by pydantic.
+
+Validation is strict (a string is not a number, a number is not a bool), because every value the
+client sends reaches the engine and a silently coerced value is a wrong answer, not a convenience.
+Fields OpenAI defines but the engine cannot honour are rejected by name, never silently ignored;
+unknown fields are ignored, as OpenAI-compatible servers commonly do.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+MAX_STOP_STRINGS = 4  # OpenAI's limit
+MAX_DRAFT_LENGTH = 64
+# torch.Generator.manual_seed accepts exactly this range
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+
+
+def _number(value: Any) -> float:
+    """Any JSON number (an integer too), nothing else: not a bool, not a numeric string."""
+    if type(value) not in (int, float):  # bool and numeric strings are not numbers
+        raise ValueError("Input should be a number")
+    try:
+        return float(value)
+    except OverflowError:  # an integer literal beyond float range
+        raise ValueError("Input is too large") from None
+
+
+Number = Annotated[float, BeforeValidator(_number)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
+
+
+class SpeculativeOptions(_Strict):
+    """Extension: which drafter serves this request (default: the server's --method and --k)."""
+
+    model_config = ConfigDict(extra="forbid")  # a typo here should not silently fall back
+
+    method: str | None = None
+    k: int | None = Field(None, ge=1, le=MAX_DRAFT_LENGTH)
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class GenerationRequest(_Strict):
+    """Parameters shared by /v1/completions and /v1/chat/completions."""
+
+    model: str | None = None  # optional; when given it must name the served model
+    max_tokens: int | None = None  # 1..context length, checked against the model by the app
+    temperature: Number = Field(1.0, ge=0)  # OpenAI's default; 0 = greedy
+    top_p: Number = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=-1)  # extension; 0 or -1 (vLLM's spelling) = off
+    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
+    stop: Any = None  # a string or a list of strings; see _stop_strings
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    speculative: SpeculativeOptions | None = None
+    user: str | None = None
+    # defined by OpenAI, unsupported here: accepted only at their "off" value
+    logprobs: Any = None
+    presence_penalty: Number | None = None
+    frequency_penalty: Number | None = None
+    logit_bias: dict[str, Number] | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, n: int) -> int:
+        if n != 1:
+            raise ValueError("only n=1 is supported (the engine decodes one sequence at a time)")
+        return n
+
+    # Fields that take several shapes are typed Any and checked by hand: a pydantic union reports
+    # one error per member ("stop.str: ..., stop.list[str]: ..."), which reads badly as `param`.
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, stop: Any) -> list[str]:
+        stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
+        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+            raise ValueError("stop must be a string or a list of strings")
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are allowed")
+        if any(not s for s in stops):
+            raise ValueError("stop strings must not be empty")
+        return stops
+
+    @model_validator(mode="after")
+    def _unsupported(self) -> "GenerationRequest":
+        for name in ("logprobs", "presence_penalty", "frequency_penalty", "logit_bias"):
+            if getattr(self, name):
+                raise ValueError(f"{name} is not supported by this server")
+        return self
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        return tuple(self.stop or ())  # the validator turned it into a list
+
+    @property
+    def include_usage_chunk(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(GenerationRequest):
+    prompt: Any  # a string, token ids, or a batch of exactly one string; see _one_prompt
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, prompt: Any) -> str | list[int]:
+        if isinstance(prompt, str):
+            return prompt
+        if isinstance(prompt, list):
+            if all(type(t) is int for t in prompt):  # not bool, which is an int subclass
+                return prompt
+            if all(isinstance(p, str) for p in prompt):
+                if len(prompt) != 1:
+                    raise ValueError("only one prompt per request is supported")
+                return prompt[0]
+        raise ValueError("prompt must be a string, a list of token ids, or a list of one string")
+
+    @model_validator(mode="after")
+    def _unsupported_completion(self) -> "CompletionRequest":
+        if self.echo or (self.best_of or 1) != 1 or self.suffix:
+            raise ValueError("echo, best_of and suffix are not supported by this server")
+        return self
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Any = ""  # a string, or a list of {"type": "text", "text": ...} parts
+
+    @field_validator("content")
+    @classmethod
+    def _text_only(cls, content: Any) -> str:
+        if content is None or isinstance(content, str):
+            return content or ""
+        if isinstance(content, list) and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content
+        ):
+            return "".join(p["text"] for p in content)
+        raise ValueError("content must be a string or a list of text parts "
+                         '({"type": "text", "text": ...}); other parts are not supported')
+
+
+class ChatCompletionRequest(GenerationRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None  # newer spelling of max_tokens
+
+    @property
+    def token_limit(self) -> int | None:
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens

@@ -1,0 +1,230 @@
+"""One engine, one thread, a bounded queue.
+
+The model's KV cache is a single mutable buffer, so generations must run one at a time (batch size
+1). HTTP handlers run on the asyncio loop and must never block on the model; they submit a `Job` to
+`EngineWorker`, whose thread runs jobs in order and hands each chunk back to the loop with
+`call_soon_threadsafe`. The engine is a generator, so stopping a job early (client gone, time
+limit, shutdown) just means not asking it for the next step: the job's `cancelled` flag is checked
+between steps, and the engine is free one step later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+from ...core.engine import Chunk
+from ...errors import SpecDecodeError
+from ...pipeline import SpecDecoder
+from ...spec import resolve
+from .metrics import ServerMetrics
+
+log = logging.getLogger("specdecode.server")
+TIMEOUT_MESSAGE = "the request ran past the server's time limit"
+SHUTDOWN_MESSAGE = "the server shut down before the request finished"
+
+
+class ServerBusyError(Exception):
+    """The queue is full (or the server is shutting down): answer 503, try again later."""
+
+
+class ServerShutdownError(Exception):
+    """The server stopped before the request finished."""
+
+
+class RequestTimeoutError(Exception):
+    """The request ran past --request-timeout (queueing included)."""
+
+
+class InternalError(Exception):
+    """A bug surfaced while generating; the details are in the server log, not in the response."""
+
+
+class DecoderCache:
+    """SpecDecoders on the one loaded model, one per method.
+
+    A drafter can be expensive to build (`draft` loads a second model), so each method's decoder is
+    built once; a request's own k is passed per call (`SpecDecoder.stream(k=...)`)."""
+
+    def __init__(self, default: SpecDecoder, options: dict[str, Any]) -> None:
+        self.default, self.options = default, options
+        self._by_method: dict[str, SpecDecoder] = {default.method: default}
+
+    def get(self, method: str | None) -> SpecDecoder:
+        """Raises SpecDecodeError for an unknown method or unusable options (the client's fault)."""
+        method = method or self.default.method
+        if method not in self._by_method:
+            d = self.default
+            spec = resolve(d.model, method, adaptive=d.adaptive, k_max=d.k_max,
+                           options=self.options)
+            self._by_method[method] = SpecDecoder(d.model, spec)
+        return self._by_method[method]
+
+
+class Job:
+    """One generation request, shared by the handler (asyncio loop) and the worker thread.
+
+    `events` receives Chunk objects, the last one with finish_reason set, or one exception that
+    ends the job. `prepare` runs on the worker thread and returns the prompt token ids: the
+    tokenizer is not thread-safe, so it is only ever used there."""
+
+    def __init__(self, prepare: Callable[[], list[int]], method: str | None, k: int | None,
+                 params: dict, timeout: float) -> None:
+        self.prepare, self.method, self.k, self.params = prepare, method, k, params
+        self.created = time.monotonic()
+        self.deadline = self.created + timeout
+        self.prompt_tokens = 0  # set by the worker before the first chunk is sent
+        self.decoder: SpecDecoder | None = None  # set by the worker before the first chunk
+        self.cancelled = threading.Event()
+        self.events: asyncio.Queue = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+
+    def cancel(self) -> None:
+        """Stop generating at the next step (idempotent, from any thread)."""
+        self.cancelled.set()
+
+    def fail(self, error: Exception) -> None:
+        self.cancel()
+        self.send(error)
+
+    def send(self, event: Chunk | Exception) -> None:
+        """Hand an event to the handler; from any thread."""
+        try:
+            self._loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self.cancel()
+
+    async def next_event(self, poll: float | None = None) -> Chunk | None:
+        """The next chunk, or None when `poll` seconds pass without one; raises the job's error,
+        or RequestTimeoutError once the deadline has passed."""
+        try:
+            event = self.events.get_nowait()  # what already arrived is served, even if late
+        except asyncio.QueueEmpty:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise RequestTimeoutError(TIMEOUT_MESSAGE) from None
+            try:
+                event = await asyncio.wait_for(self.events.get(),
+                                               left if poll is None else min(poll, left))
+            except asyncio.TimeoutError:
+                if time.monotonic() >= self.deadline:
+                    raise RequestTimeoutError(TIMEOUT_MESSAGE) from None
+                return None
+        if isinstance(event, Exception):
+            raise event
+        return event
+
+
+class EngineWorker:
+    """Runs jobs one at a time on its own thread; at most `max_queue` wait (503 beyond that)."""
+
+    def __init__(self, decoders: DecoderCache, metrics: ServerMetrics, max_queue: int = 16) -> None:
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be >= 1, got {max_queue}")
+        self.decoders, self.metrics = decoders, metrics
+        self._jobs: queue.Queue[Job] = queue.Queue(max_queue)
+        self._current: Job | None = None
+        self._accepting = True
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        metrics.queue_length.set_function(self._jobs.qsize)  # read at scrape time
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    @property
+    def queue_length(self) -> int:
+        return self._jobs.qsize()
+
+    def start(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="specdecode-engine",
+                                                daemon=True)
+                self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue a job; raises ServerBusyError when the queue is full or the server is stopping."""
+        if not self._accepting:
+            raise ServerBusyError("the server is shutting down")
+        self.start()
+        try:
+            self._jobs.put_nowait(job)
+        except queue.Full:
+            raise ServerBusyError("the server is busy: the request queue is full") from None
+
+    def drain(self, grace: float) -> None:
+        """Shutdown, step 1: refuse new jobs; cancel whatever still runs after `grace` seconds."""
+        self._accepting = False
+        timer = threading.Timer(grace, self.cancel_all, [ServerShutdownError(SHUTDOWN_MESSAGE)])
+        timer.daemon = True
+        timer.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Shutdown, step 2: cancel everything and end the thread."""
+        self._accepting = False
+        self.cancel_all(ServerShutdownError(SHUTDOWN_MESSAGE))
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def cancel_all(self, error: Exception) -> None:
+        while True:
+            try:
+                self._jobs.get_nowait().fail(error)
+            except queue.Empty:
+                break
+        current = self._current
+        if current is not None:
+            current.fail(error)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self._jobs.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self._current = job
+            self.metrics.busy.set(1)
+            try:
+                self._execute(job)
+            finally:
+                self._current = None
+                self.metrics.busy.set(0)
+
+    def _execute(self, job: Job) -> None:
+        if job.cancelled.is_set() or time.monotonic() >= job.deadline:
+            return  # the client left, or its time ran out, while the job was queued
+        chunks = None
+        try:
+            decoder = job.decoder = self.decoders.get(job.method)
+            if job.k is None:
+                job.k = decoder.k  # what the request ran with, for its usage report
+            ids = job.prepare()
+            job.prompt_tokens = len(ids)
+            chunks = decoder.stream(ids, k=job.k, **job.params)
+            first = True
+            for chunk in chunks:
+                if first:
+                    self.metrics.ttft.labels(decoder.method).observe(time.monotonic() - job.created)
+                    first = False
+                job.send(chunk)
+                if chunk.finish_reason is not None:
+                    self.metrics.observe_run(decoder.method, chunk.finish_reason, chunk.stats)
+                    break
+                if job.cancelled.is_set() or time.monotonic() >= job.deadline:
+                    break  # the handler reports the timeout once it has read what was sent
+        except SpecDecodeError as exc:
+            job.send(exc)
+        except Exception:
+            log.exception("generation failed")
+            job.send(InternalError("internal error while generating; see the server log"))
+        finally:
+            if chunks is not None:
+                chunks.close()

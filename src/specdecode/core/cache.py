@@ -1,0 +1,70 @@
+"""Static KV cache: preallocated key/value tensors plus a length, one per sequence.
+
+Rollback is moving the length back: entries past it are simply overwritten by the next forward
+(as in gpt-fast), and nothing reads past the length, so new memory is never cleared. Capacity
+grows by doubling when a forward would overflow it, so short prompts do not pay for the whole
+context window up front.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+class StaticKVCache:
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        max_capacity: int,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.shape = (num_layers, num_kv_heads, head_dim)
+        self.max_capacity = max_capacity
+        self.dtype, self.device = dtype, device
+        self.length = 0
+        self._allocate(min(capacity, max_capacity))
+
+    def _allocate(self, capacity: int) -> None:
+        layers, heads, dim = self.shape
+        keys = torch.empty(layers, heads, capacity, dim, dtype=self.dtype, device=self.device)
+        values = torch.empty_like(keys)
+        if hasattr(self, "keys"):  # keep what is cached when growing
+            keys[:, :, : self.length] = self.keys[:, :, : self.length]
+            values[:, :, : self.length] = self.values[:, :, : self.length]
+        self.keys, self.values = keys, values  # [layers, kv_heads, capacity, head_dim]
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[2]
+
+    def reserve(self, new_tokens: int) -> None:
+        """Make room for `new_tokens` more entries after `length`."""
+        needed = self.length + new_tokens
+        if needed > self.max_capacity:
+            raise ValueError(f"KV cache overflow: {needed} > {self.max_capacity} positions")
+        if needed > self.capacity:
+            self._allocate(min(self.max_capacity, max(needed, 2 * self.capacity)))
+
+    def compact(self, base: int, positions: Sequence[int]) -> None:
+        """Move the entries at `positions` (ascending, each >= base) to base, base + 1, .. and
+        forget everything after them: a tree's accepted path packed behind the prefix."""
+        assert all(base <= p < self.length for p in positions), (base, positions, self.length)
+        kept = base + len(positions)
+        if list(positions) != list(range(base, kept)):  # a chain's prefix needs no copy
+            index = torch.tensor(positions, dtype=torch.long)
+            # the cache may have grown inside a forward's inference mode: write in it too
+            with torch.inference_mode():
+                self.keys[:, :, base:kept] = self.keys[:, :, index]  # indexing copies first
+                self.values[:, :, base:kept] = self.values[:, :, index]
+        self.rollback(kept)
+
+    def rollback(self, length: int) -> None:
+        """Forget every entry at position >= length."""
+        assert 0 <= length <= self.length, (length, self.length)
+        self.length = length

@@ -1,0 +1,149 @@
+"""The decoding loop, shared by plain decoding (an empty draft) and every drafter.
+
+Cache invariant: between steps a sequence's KV cache holds context[:n-1]; the last context token
+is *pending* (fed in the next forward). One step:
+  1 propose  — the drafter proposes a token tree of N nodes (a chain, or N = 0 for plain decoding);
+  2 score    — one target forward over [pending, nodes] (tree attention) gives N + 1 distributions;
+  3 verify   — the verifier accepts a path of a nodes and adds one recovered-or-bonus token;
+  4 commit   — compact the cache to the pending token + the accepted path (n + a entries), append
+               the a + 1 new tokens to the context, tell the drafter, record the stats, stop if due.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+from typing import Sequence as Tokens
+
+import torch
+
+from ..drafters.base import EMPTY_DRAFT, Drafter
+from ..errors import InvalidParameterError, PromptTooLongError
+from ..models.target import Target
+from .detokenize import IncrementalText
+from .metrics import RunStats
+from .sampling import probabilities
+from .sequence import DraftLength, GenerationConfig, Sequence, new_generator
+from .verify import verify_greedy, verify_sampling
+
+
+@dataclass
+class Chunk:
+    token_ids: list[int]  # tokens confirmed by this step (EOS excluded)
+    text: str = ""  # text delta that is safe to show
+    finish_reason: str | None = None  # set on the last chunk: "stop" (EOS, stop string) or "length"
+    stats: RunStats | None = None  # set on the last chunk
+
+
+def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
+          draft_length: DraftLength | None,
+          decode: Callable[[list[int]], str] | None = None) -> Sequence:
+    """A new sequence for `prompt`, its prompt prefilled (all but the pending last token)."""
+    if not prompt:
+        raise InvalidParameterError("the prompt is empty")
+    if len(prompt) >= target.max_length:
+        raise PromptTooLongError(
+            f"prompt has {len(prompt)} tokens; the context window is {target.max_length}"
+        )
+    started = time.perf_counter()
+    tokens = torch.empty(target.max_length, dtype=torch.long)
+    tokens[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
+    seq = Sequence(tokens, len(prompt), len(prompt), target.new_cache(), config,
+                   new_generator(config.seed, target.device), draft_length,
+                   IncrementalText(decode, config.stop) if decode else None)
+    drafter.start(seq)
+    if seq.length > 1:
+        hidden = target.prefill(seq.cache, seq.tokens[: seq.length - 1])
+        if drafter.uses_features:
+            drafter.observe_features(seq, hidden)
+    seq.stats.prefill_seconds = time.perf_counter() - started
+    return seq
+
+
+def step(target: Target, drafter: Drafter, seq: Sequence,
+         eos_token_ids: frozenset[int] = frozenset()) -> Chunk:
+    """One target forward for `seq`: propose, score, verify, commit. Returns the step's Chunk (the
+    last one, with finish_reason and stats, once the sequence is done)."""
+    clock, n, stats = time.perf_counter, seq.length, seq.stats
+    budget = min(seq.config.max_new_tokens - stats.new_tokens, target.max_length - n)
+    gamma = min(seq.draft_length.k if seq.draft_length else 0, budget - 1)
+    # 1 propose
+    t0 = clock()
+    draft = drafter.propose(seq, gamma) if gamma > 0 else EMPTY_DRAFT
+    t1 = clock()
+    # 2 score the pending token and the draft in one target forward
+    tree = draft.tree
+    hidden = target.hidden(seq.cache, torch.cat([seq.tokens[n - 1 : n], tree.tokens]), tree)
+    logits = target.logits(hidden)  # [N + 1, V]
+    # 3 verify
+    if seq.sampling.greedy:
+        verdict = verify_greedy(tree, logits)
+    else:
+        verdict = verify_sampling(tree, draft.q, probabilities(logits, seq.sampling),
+                                  seq.generator)
+    t2 = clock()
+    # 4 commit: node i sits at cache position n + i, behind the pending token at n - 1
+    seq.cache.compact(n, [n + i for i in verdict.path])
+    drafter.observe(seq, verdict.accepted)
+    if drafter.uses_features:
+        drafter.observe_features(seq, hidden[[0] + [i + 1 for i in verdict.path]])
+    if seq.draft_length:
+        seq.draft_length.update(len(tree), verdict.accepted)
+    new = tree.path_tokens(list(verdict.path)) + [verdict.token]
+    confirmed = len(new)
+    for i, token in enumerate(new):
+        if token in eos_token_ids:  # EOS ends the text but was still confirmed (counts for τ)
+            new, seq.finish_reason, confirmed = new[:i], "stop", i + 1
+            break
+    stats.observe(len(tree), verdict.accepted, len(new), confirmed, draft.forwards, t1 - t0,
+                  t2 - t1, tree.depth)
+    seq.tokens[n : n + len(new)] = torch.tensor(new, dtype=torch.long)
+    seq.length += len(new)
+    if seq.finish_reason is None and (stats.new_tokens >= seq.config.max_new_tokens
+                                      or seq.length >= target.max_length):
+        seq.finish_reason = "length"
+    delta = seq.text.push(new) if seq.text else ""
+    if seq.text and seq.text.stopped:
+        seq.finish_reason = "stop"
+    if seq.finish_reason is None:
+        return Chunk(new, delta)
+    return Chunk(new, delta + (seq.text.flush() if seq.text else ""), seq.finish_reason, stats)
+
+
+def stream(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
+           draft_length: DraftLength | None, eos_token_ids: frozenset[int] = frozenset(),
+           decode: Callable[[list[int]], str] | None = None) -> Iterator[Chunk]:
+    """Generate from `prompt`, yielding a Chunk per step; the last chunk carries the stats, whose
+    wall time runs from the start of the prefill to the last step."""
+    started = time.perf_counter()
+    seq = start(target, drafter, prompt, config, draft_length, decode)
+    while True:
+        chunk = step(target, drafter, seq, eos_token_ids)
+        if chunk.finish_reason is not None:
+            seq.stats.wall_seconds = time.perf_counter() - started
+            yield chunk
+            return
+        yield chunk
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    stats: RunStats
+
+
+def collect(chunks: Iterable[Chunk]) -> GenerationResult:
+    """Consume a stream to its end and assemble the result."""
+    ids, parts = [], []
+    for chunk in chunks:
+        ids.extend(chunk.token_ids)
+        parts.append(chunk.text)
+    return GenerationResult(ids, "".join(parts), chunk.finish_reason, chunk.stats)
+
+
+def generate(*args, **kwargs) -> GenerationResult:
+    """`stream` (same arguments) run to the end."""
+    return collect(stream(*args, **kwargs))

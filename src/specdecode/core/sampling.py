@@ -1,0 +1,70 @@
+"""Logits processing shared by the target and every drafter.
+
+There is exactly one implementation, so that the target distribution p and the draft distribution q
+are processed identically (temperature, then top-k, then top-p) before the verifier compares them;
+speculative sampling is lossless only with respect to the *processed* p.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import InvalidParameterError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is chosen. `temperature == 0` means greedy (argmax)."""
+
+    temperature: float = 0.0
+    top_k: int = 0  # 0 disables the filter
+    top_p: float = 1.0  # 1.0 disables the filter
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise InvalidParameterError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise InvalidParameterError(f"top-k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise InvalidParameterError(f"top-p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Processed distribution over the vocabulary.
+
+    p = softmax(top_p(top_k(logits / T))), where top_k keeps the k largest logits and top_p keeps the
+    smallest set of most likely tokens whose total probability reaches top_p (always at least one);
+    filtered tokens get probability 0. Greedy params give the one-hot of the argmax.
+
+    logits: [..., V]  ->  probs: [..., V] (float32, rows sum to 1)
+    """
+    logits = logits.float()
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / params.temperature
+    if 0 < params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        # mass strictly before each token; a token is kept while that mass is still below top_p
+        before = sorted_probs.cumsum(-1) - sorted_probs
+        drop_sorted = before >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token id per row. probs: [..., V] -> ids: [...]"""
+    flat = probs.reshape(-1, probs.shape[-1])
+    ids = torch.multinomial(flat, 1, generator=generator).squeeze(-1)
+    return ids.reshape(probs.shape[:-1])

@@ -1,0 +1,97 @@
+"""One request's state while it generates.
+
+Targets and drafters hold weights and policies; everything that changes during a request lives
+here: the tokens, the target's KV cache for them, the drafter's own state, the random generator,
+the adaptive draft length and the statistics. Several sequences can therefore be in flight on one
+model (a batching engine steps a list of them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import InvalidParameterError
+from .detokenize import IncrementalText
+from .metrics import RunStats
+from .sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 128
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None  # None: a fresh random seed per request
+    stop: tuple[str, ...] = ()  # stop strings (need a decode function)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise InvalidParameterError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class DraftLength:
+    """Draft length γ for the next step; optionally adaptive.
+
+    Adaptive rule (as transformers' assisted generation): γ += 2 after a fully accepted draft,
+    γ -= 1 after a rejection, always within [k_min, k_max]."""
+
+    k: int
+    adaptive: bool = False
+    k_min: int = 1
+    k_max: int = 16
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise InvalidParameterError(f"k must be >= 1, got {self.k}")
+        if not 1 <= self.k_min <= self.k_max:
+            raise InvalidParameterError(f"need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
+        if self.adaptive:
+            self.k = min(max(self.k, self.k_min), self.k_max)
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if not self.adaptive or drafted == 0:
+            return
+        step = 2 if accepted == drafted else -1
+        self.k = min(max(self.k + step, self.k_min), self.k_max)
+
+
+@dataclass
+class Sequence:
+    tokens: torch.Tensor  # [max_length] int64 (CPU): the prompt, then the generated tokens
+    length: int  # valid tokens in `tokens`; between steps the cache holds tokens[:length - 1]
+    prompt_length: int
+    cache: Any  # the target's `KVCache` for this sequence
+    config: GenerationConfig
+    generator: torch.Generator  # on the target's device: draws of this request only
+    draft_length: DraftLength | None  # None: plain decoding
+    text: IncrementalText | None  # detokenized output, with the stop strings
+    stats: RunStats = field(default_factory=RunStats)
+    drafter_state: Any = None  # whatever the drafter keeps for this request (`Drafter.start`)
+    finish_reason: str | None = None  # "stop" (EOS, stop string) or "length" once finished
+
+    @property
+    def context(self) -> torch.Tensor:
+        """[length] int64: prompt + generated so far."""
+        return self.tokens[: self.length]
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return self.config.sampling
+
+    @property
+    def generated(self) -> list[int]:
+        return self.tokens[self.prompt_length : self.length].tolist()
+
+
+def new_generator(seed: int | None, device: torch.device) -> torch.Generator:
+    """One generator per request, so runs are reproducible and independent of each other."""
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()  # a non-deterministic seed, without touching the global RNG
+    else:
+        generator.manual_seed(seed)
+    return generator
+

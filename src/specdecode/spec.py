@@ -1,0 +1,91 @@
+"""What runs, from what a user asked for: `resolve(model, method, ...) -> DecodingSpec`.
+
+`generate`, `serve`, `bench` and `tune` all resolve through here, so the checks of the values, the
+model's tuned profile (`specdecode tune`), the defaults and whether a drafter can run on the
+model are said once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .drafters import DRAFTERS, drafter_class, make_options
+from .errors import InvalidParameterError
+from .models import LoadedModel
+from .profiles import load_profile
+
+# The fastest lossless method measured on the default model (BENCHMARKS.md).
+DEFAULT_METHOD = "lookup"
+TUNED_SECTION = "tune"  # the profile section `specdecode tune` writes
+
+
+@dataclass(frozen=True)
+class DecodingSpec:
+    method: str
+    options: Any  # the drafter's own `Options`
+    k: int | None = None  # draft length γ; None: the drafter's default
+    adaptive: bool = False  # adapt γ per step within 1..k_max
+    k_max: int = 16
+    note: str | None = None  # where defaults came from (the tuned profile), for reports
+
+    def label(self) -> str:
+        """'lookup k=5 ngram-max=3': the method and what differs from its defaults."""
+        defaults = asdict(type(self.options)())
+        changed = [f"{name.replace('_', '-')}={value}" for name, value in
+                   asdict(self.options).items() if value != defaults[name]]
+        return " ".join([self.method] + ([f"k={self.k}"] if self.k else []) + changed)
+
+
+def tuned_defaults(model: LoadedModel) -> dict | None:
+    """The model's tuned configuration: {"method", "k", "options", "speedup", "measured"}."""
+    section = load_profile(model.key).get(TUNED_SECTION)
+    if not section:
+        return None
+    if "options" not in section:  # written before options were per drafter
+        section = {**section, "options": {"ngram_max": section.get("ngram_max")}}
+    return section
+
+
+def resolve(model: LoadedModel, method: str | None = None, *, k: int | None = None,
+            adaptive: bool = False, k_max: int = 16, options: dict[str, Any] | None = None,
+            tuned: bool = True) -> DecodingSpec:
+    """The spec for `method` (default: the tuned profile's, else DEFAULT_METHOD) with the user's
+    values: k and the drafter options they set (by field name, None = unset; options of other
+    drafters are ignored). What the user left unset comes from the model's tuned profile when it
+    tuned this method (tuned=False: never), else from the drafter's defaults. Raises a one-line
+    SpecDecodeError for a bad value or a drafter that cannot run on this model."""
+    values = dict(options or {})
+    _check_lengths(k, k_max)
+    profile = tuned_defaults(model) if tuned else None
+    method = method or (profile["method"] if profile and profile["method"] in DRAFTERS
+                        else DEFAULT_METHOD)
+    cls = drafter_class(method)
+    note = None
+    if profile and profile["method"] == method:
+        k = profile.get("k") if k is None else k
+        for name, value in profile["options"].items():
+            if values.get(name) is None:
+                values[name] = value
+        note = (f"defaults from the tuned profile: {profile.get('label', method)}, "
+                f"{profile.get('speedup', 1.0):.2f}x over plain when tuned")
+    drafter_options = make_options(method, values)
+    reason = cls.unavailable(model, drafter_options)
+    if reason:
+        raise InvalidParameterError(reason)
+    return DecodingSpec(method, drafter_options, k, adaptive, max(k_max, k or 1), note)
+
+
+def check_options(method: str | None, k: int | None, k_max: int,
+                  options: dict[str, Any]) -> None:
+    """The checks that need no model, so that bad values fail before one loads."""
+    _check_lengths(k, k_max)
+    for name in [method] if method else sorted(DRAFTERS):
+        make_options(name, options)
+
+
+def _check_lengths(k: int | None, k_max: int) -> None:
+    if k is not None and k < 1:
+        raise InvalidParameterError(f"--k must be >= 1, got {k}")
+    if k_max < 1:
+        raise InvalidParameterError(f"--k-max must be >= 1, got {k_max}")

@@ -1,0 +1,85 @@
+"""`specdecode bench` end to end on a tiny model: the files it writes, MT-bench's second turn,
+and an interrupted run that `--resume` completes without recomputing anything."""
+
+import json
+
+import pytest
+
+from specdecode.app.cli import main
+from specdecode.pipeline import SpecDecoder
+
+QUESTIONS = [
+    {"question_id": 1, "category": "writing", "turns": ["Say hi.", "Now say it twice."]},
+    {"question_id": 2, "category": "translation", "turns": ["Translate: Hallo Welt"]},
+    {"question_id": 3, "category": "qa", "turns": ["Why is the sky blue?"]},
+]
+
+
+@pytest.fixture
+def bench_args(tmp_path, tiny_real_vocab_model):
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("\n".join(json.dumps(q) for q in QUESTIONS))
+    out = tmp_path / "out"
+    return out, ["bench", "--model", str(tiny_real_vocab_model), "--questions", str(questions),
+                 "--limit", "1", "--methods", "ar,lookup,hf", "--max-new-tokens", "6",
+                 "--repeats", "1", "--out", str(out)]
+
+
+def count_generate_calls(monkeypatch, fail_at: int | None = None) -> list[int]:
+    calls = [0]
+    original = SpecDecoder.generate
+
+    def generate(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == fail_at:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SpecDecoder, "generate", generate)
+    return calls
+
+
+def records(out):
+    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+
+
+def test_bench_writes_table_json_records_and_three_plots(bench_args, capsys):
+    out, argv = bench_args
+    assert main(argv) == 0
+    for name in ("bench.md", "bench.json", "records.jsonl", "speedup_by_group.png",
+                 "acceptance_by_position.png", "speedup_tau_vs_k.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "speedup_by_group.png").read_bytes()[:4] == b"\x89PNG"
+    report = (out / "bench.md").read_text()
+    assert "## Speed-up over our plain decoding" in report and "greedy equality audit" in report
+    # 4 prompts (question 1 has two turns) x 3 methods
+    assert len(records(out)) == 12
+    assert {(r["question_id"], r["turn"]) for r in records(out)} == {(1, 1), (1, 2), (2, 1), (3, 1)}
+    summary = json.loads((out / "bench.json").read_text())["summary"]
+    assert summary["overall"]["ar"]["prompts"] == 4
+
+
+def test_interrupted_bench_resumes_without_recomputing(bench_args, monkeypatch, capsys):
+    out, argv = bench_args
+    # our runs per pass: 2 warm-ups, then ar and lookup on each of 4 prompts (hf is not counted)
+    calls = count_generate_calls(monkeypatch, fail_at=2 + 5)
+    assert main(argv) == 0  # Ctrl-C: reports what was measured
+    assert "interrupted" in capsys.readouterr().out
+    done = records(out)
+    assert 0 < len(done) < 12
+    calls = count_generate_calls(monkeypatch)
+    assert main(argv + ["--resume"]) == 0
+    ours_left = 4 * 2 - sum(1 for r in done if r["method"] != "hf")  # 4 prompts x (ar, lookup)
+    assert calls[0] == 2 + ours_left  # warm-ups + only what was missing
+    assert len(records(out)) == 12
+    assert records(out)[: len(done)] == done  # earlier records kept as they were
+    calls = count_generate_calls(monkeypatch)
+    assert main(argv + ["--resume"]) == 0
+    assert calls[0] == 0  # everything recorded: nothing runs
+
+
+def test_resume_with_other_settings_exits_2(bench_args, capsys):
+    out, argv = bench_args
+    assert main(argv) == 0
+    assert main(argv + ["--resume", "--max-new-tokens", "7"]) == 2
+    assert "max_new_tokens" in capsys.readouterr().err

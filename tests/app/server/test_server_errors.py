@@ -1,0 +1,126 @@
+"""Bad input never crashes the server: each case gets a 4xx with OpenAI's error body, and the
+server keeps answering afterwards."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from server_helpers import assert_openai_error, running
+
+from specdecode.app.server import create_app
+
+C, CH = "/v1/completions", "/v1/chat/completions"
+P = {"prompt": "hello", "max_tokens": 4}
+M = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+LONG_TEXT = "word " * 300  # far more than the tiny model's 128-token context
+
+# name: (path, body (dict, list or raw bytes), status, expected param, text in the message)
+BAD = {
+    "malformed_json": (C, b'{"prompt": "hi",', 400, None, "not valid JSON"),
+    "nan_literal": (C, b'{"prompt": "hi", "temperature": NaN}', 400, "temperature", None),
+    "body_is_a_list": (C, [1, 2], 400, None, None),
+    "empty_body": (C, b"", 400, None, None),
+    "missing_prompt": (C, {"max_tokens": 4}, 400, "prompt", None),
+    "prompt_wrong_type": (C, {**P, "prompt": 5}, 400, "prompt", None),
+    "two_prompts": (C, {**P, "prompt": ["a", "b"]}, 400, "prompt", "one prompt"),
+    "token_id_outside_vocabulary": (C, {**P, "prompt": [10**9]}, 400, None, "token ids"),
+    "empty_prompt": (C, {**P, "prompt": ""}, 400, None, "empty"),
+    "prompt_longer_than_context": (C, {**P, "prompt": LONG_TEXT}, 400, None, "context window"),
+    "max_tokens_string": (C, {**P, "max_tokens": "abc"}, 400, "max_tokens", None),
+    "max_tokens_numeric_string": (C, {**P, "max_tokens": "5"}, 400, "max_tokens", None),
+    "max_tokens_float": (C, {**P, "max_tokens": 4.5}, 400, "max_tokens", None),
+    "max_tokens_zero": (C, {**P, "max_tokens": 0}, 400, "max_tokens", None),
+    "max_tokens_negative": (C, {**P, "max_tokens": -5}, 400, "max_tokens", None),
+    "max_tokens_huge": (C, {**P, "max_tokens": 10**12}, 400, "max_tokens", "context length"),
+    "temperature_negative": (C, {**P, "temperature": -0.5}, 400, "temperature", None),
+    "temperature_string": (C, {**P, "temperature": "hot"}, 400, "temperature", None),
+    "top_p_zero": (C, {**P, "top_p": 0}, 400, "top_p", None),
+    "top_p_above_one": (C, {**P, "top_p": 1.5}, 400, "top_p", None),
+    "top_k_negative": (C, {**P, "top_k": -3}, 400, "top_k", None),
+    "seed_too_large": (C, {**P, "seed": 2**70}, 400, "seed", None),
+    "n_two": (C, {**P, "n": 2}, 400, "n", "n=1"),
+    "stream_not_bool": (C, {**P, "stream": "yes"}, 400, "stream", None),
+    "stop_wrong_type": (C, {**P, "stop": 5}, 400, "stop", None),
+    "too_many_stops": (C, {**P, "stop": list("abcde")}, 400, "stop", None),
+    "logprobs_unsupported": (C, {**P, "logprobs": 2}, 400, None, "logprobs"),
+    "echo_unsupported": (C, {**P, "echo": True}, 400, None, "echo"),
+    "unknown_model": (C, {**P, "model": "gpt-4"}, 404, "model", "does not exist"),
+    "unknown_method": (C, {**P, "speculative": {"method": "nosuch"}}, 400,
+                       "speculative.method", "unknown speculative method"),
+    "draft_length_zero": (C, {**P, "speculative": {"method": "lookup", "k": 0}}, 400,
+                          "speculative.k", None),
+    "speculative_typo": (C, {**P, "speculative": {"methd": "ar"}}, 400, "speculative.methd", None),
+    "draft_without_draft_model": (C, {**P, "speculative": {"method": "draft"}}, 400, None,
+                                  "--draft-model"),
+    "chat_messages_missing": (CH, {"max_tokens": 4}, 400, "messages", None),
+    "chat_messages_empty": (CH, {**M, "messages": []}, 400, "messages", None),
+    "chat_messages_not_list": (CH, {**M, "messages": "hi"}, 400, "messages", None),
+    "chat_bad_role": (CH, {**M, "messages": [{"role": "wizard", "content": "hi"}]}, 400,
+                      "messages.0.role", None),
+    "chat_content_wrong_type": (CH, {**M, "messages": [{"role": "user", "content": 5}]}, 400,
+                                "messages.0.content", None),
+    "chat_image_part": (CH, {**M, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}, 400,
+        "messages.0.content", "text parts"),
+    "chat_max_completion_tokens_huge": (CH, {**M, "max_completion_tokens": 10**6}, 400,
+                                        "max_tokens", None),
+    "chat_unknown_model_streamed": (CH, {**M, "model": "nope", "stream": True}, 404, "model", None),
+    "chat_too_long_streamed": (CH, {**M, "stream": True, "messages": [
+        {"role": "user", "content": LONG_TEXT}]}, 400, None, "context window"),
+    "chat_temperature_negative": (CH, {**M, "temperature": -1}, 400, "temperature", None),
+}
+
+
+@pytest.fixture(scope="module")
+def server(served_model):
+    with running(create_app(served_model)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input_is_a_4xx_with_openai_error(client, name):
+    path, body, status, param, text = BAD[name]
+    if isinstance(body, bytes):
+        r = client.post(path, content=body, headers={"Content-Type": "application/json"})
+    else:
+        r = client.post(path, json=body)
+    error = assert_openai_error(r, status)
+    if param is not None:
+        assert error["param"] == param, error
+    if text is not None:
+        assert text in error["message"], error
+
+
+@pytest.mark.parametrize("method,path,status", [("GET", "/v1/nothing", 404),
+                                                ("GET", C, 405), ("GET", "/v1/models/nope", 404)])
+def test_unknown_routes(client, method, path, status):
+    assert_openai_error(client.request(method, path), status)
+
+
+# every field of a request set to values of every JSON type: never a 5xx
+FUZZ_VALUES = [None, True, -1, 0, 1, 1.5, 10**30, "", "x", [], [1], ["x"], {}, {"a": 1}]
+FUZZ_FIELDS = ["model", "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k",
+               "seed", "stop", "n", "stream", "stream_options", "speculative", "logit_bias"]
+
+
+def test_fuzzed_fields_never_answer_5xx(client):
+    for path, base in ((C, {**P, "max_tokens": 2}), (CH, {**M, "max_tokens": 2})):
+        for field in FUZZ_FIELDS:
+            for value in FUZZ_VALUES:
+                r = client.post(path, json={**base, field: value})
+                assert r.status_code in (200, 400, 404), (path, field, value, r.text)
+                if r.status_code != 200:
+                    assert_openai_error(r, r.status_code)
+
+
+def test_server_still_answers_after_bad_input(client):
+    r = client.post(C, json=P)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] in ("stop", "length")
+    r = client.post(CH, json=M)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"

@@ -1,0 +1,147 @@
+"""The official `openai` client against the server: completions and chat, streamed and not; the
+text is exactly what the library produces for the same prompt ids, method and parameters."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from server_helpers import running
+
+from specdecode.app.server import create_app
+from specdecode.pipeline import SpecDecoder
+
+PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
+
+
+@pytest.fixture(scope="module")
+def server(served_model):
+    with running(create_app(served_model, max_queue=64)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with openai.OpenAI(base_url=server.v1, api_key="x", max_retries=0, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def model_id(client):
+    return client.models.list().data[0].id
+
+
+def reference(model, prompt, method="lookup", chat=False, **kwargs):
+    kwargs = {"max_new_tokens": 24, "temperature": 0.0, **kwargs}
+    return SpecDecoder(model, method).generate(prompt, chat=chat, **kwargs)
+
+
+def speculative(usage) -> dict:
+    return usage.model_dump()["speculative"]
+
+
+def test_models_lists_the_served_model(client, served_model):
+    models = client.models.list().data
+    assert [m.id for m in models] == [served_model.name]
+    assert client.models.retrieve(served_model.name).id == served_model.name
+
+
+def test_completion_matches_library_output(client, model_id, reference_model):
+    ref = reference(reference_model, PROMPT)
+    resp = client.completions.create(model=model_id, prompt=PROMPT, max_tokens=24, temperature=0)
+    assert resp.object == "text_completion"
+    assert resp.choices[0].text == ref.text
+    assert resp.choices[0].finish_reason == ref.finish_reason
+    prompt_tokens = len(reference_model.encode_prompt(PROMPT, chat=False))
+    assert (resp.usage.prompt_tokens, resp.usage.completion_tokens) == (prompt_tokens,
+                                                                        ref.stats.new_tokens)
+    assert resp.usage.total_tokens == prompt_tokens + ref.stats.new_tokens
+    stats = speculative(resp.usage)
+    assert stats["method"] == "lookup"
+    assert (stats["target_forwards"], stats["drafted"], stats["accepted"]) == (
+        ref.stats.target_forwards, ref.stats.drafted, ref.stats.accepted)
+    assert stats["tau"] == round(ref.stats.tau, 4)
+
+
+def test_streamed_completion_matches(client, model_id, reference_model):
+    ref = reference(reference_model, PROMPT)
+    chunks = list(client.completions.create(model=model_id, prompt=PROMPT, max_tokens=24,
+                                            temperature=0, stream=True))
+    assert "".join(c.choices[0].text for c in chunks) == ref.text
+    assert [c.choices[0].finish_reason for c in chunks][-1] == ref.finish_reason
+    assert all(c.choices[0].finish_reason is None for c in chunks[:-1])
+    assert speculative(chunks[-1].usage)["target_forwards"] == ref.stats.target_forwards
+
+
+@pytest.mark.parametrize("method,k", [("ar", None), ("lookup", 6)])
+def test_speculative_extension_picks_the_method(client, model_id, reference_model, method, k):
+    ref = SpecDecoder(reference_model, method, k=k).generate(PROMPT, chat=False, max_new_tokens=24,
+                                                             temperature=0.0)
+    spec = {"method": method} | ({"k": k} if k else {})
+    resp = client.completions.create(model=model_id, prompt=PROMPT, max_tokens=24, temperature=0,
+                                     extra_body={"speculative": spec})
+    assert resp.choices[0].text == ref.text
+    stats = speculative(resp.usage)
+    assert stats["method"] == method and stats["target_forwards"] == ref.stats.target_forwards
+    if k:
+        assert stats["k"] == k
+
+
+def test_sampling_parameters_and_seed(client, model_id, reference_model):
+    params = dict(temperature=0.9, top_p=0.8, seed=123)
+    ref = reference(reference_model, PROMPT, top_k=50, **params)
+    texts = [client.completions.create(model=model_id, prompt=PROMPT, max_tokens=24,
+                                       extra_body={"top_k": 50}, **params).choices[0].text
+             for _ in range(2)]
+    assert texts == [ref.text, ref.text]
+
+
+def test_stop_string(client, model_id, reference_model):
+    full = reference(reference_model, PROMPT).text
+    stop = full[len(full) // 2:][:3]
+    ref = reference(reference_model, PROMPT, stop=(stop,))
+    resp = client.completions.create(model=model_id, prompt=PROMPT, max_tokens=24, temperature=0,
+                                     stop=[stop])
+    assert resp.choices[0].text == ref.text and stop not in ref.text
+    assert resp.choices[0].finish_reason == "stop"
+
+
+def test_chat_matches_library_output(client, model_id, reference_model):
+    ref = reference(reference_model, PROMPT, chat=True)  # the chat template, one user message
+    messages = [{"role": "user", "content": PROMPT}]
+    resp = client.chat.completions.create(model=model_id, messages=messages, max_tokens=24,
+                                          temperature=0)
+    assert resp.object == "chat.completion"
+    assert resp.choices[0].message.role == "assistant"
+    assert resp.choices[0].message.content == ref.text
+    assert resp.usage.prompt_tokens == len(reference_model.encode_prompt(PROMPT, chat=True))
+    assert resp.usage.completion_tokens == ref.stats.new_tokens
+
+
+def test_streamed_chat_with_system_message(client, model_id, reference_model):
+    messages = [{"role": "system", "content": "You answer briefly."},
+                {"role": "user", "content": PROMPT}]
+    tok = reference_model.tokenizer
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    ref = reference(reference_model, ids)
+    chunks = list(client.chat.completions.create(
+        model=model_id, messages=messages, max_tokens=24, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ref.text
+    assert [c for c in chunks if c.choices][-1].choices[0].finish_reason == ref.finish_reason
+    assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == len(ids)
+    assert chunks[-1].usage.completion_tokens == ref.stats.new_tokens
+
+
+def test_model_field_may_be_omitted(server):
+    r = httpx.post(server.v1 + "/chat/completions", timeout=60,
+                   json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] <= 3
+
+
+def test_health(server):
+    r = httpx.get(server.url + "/health", timeout=10)
+    assert r.status_code == 200 and r.json()["status"] == "ok"

@@ -1,0 +1,211 @@
+"""Distribution preservation: speculative sampling emits tokens distributed exactly as plain
+sampling from the target.
+
+Setup: vocabulary of 4 tokens, a tiny random target and a *different* tiny random draft model
+(different seed), temperature 1. Each run samples the first 3 generated tokens; N runs with
+speculative sampling (seeds 0..N-1) and N runs with plain sampling (seeds 10**6..10**6+N-1) give two
+histograms over the 4**3 joint outcomes. A chi-square test of homogeneity
+(`scipy.stats.chi2_contingency`, cells with an expected count below 5 pooled into one cell) must
+not reject at significance level alpha = 0.01: p-value > 0.01.
+
+Power check: the same test with a deliberately broken verifier (on rejection it samples from p
+instead of the residual norm(max(0, p - q))) must reject: p-value < 0.01 (it is far below).
+
+All seeds are fixed, so every p-value here is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from scipy.stats import chi2_contingency
+
+import specdecode.core.engine
+from specdecode.core.engine import generate
+from specdecode.core.sampling import SamplingParams, sample
+from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.verify import Verdict
+from specdecode.drafters.base import Draft, Drafter
+from specdecode.drafters.draft_model import DraftModel
+from specdecode.drafters.eagle import Eagle
+from specdecode.drafters.plain import NoDrafter
+from specdecode.models.heads import EagleHead
+from specdecode.models.llama import NativeLlama
+
+V = 4
+PROMPT = [0, 1, 2, 3, 1]
+LENGTH = 3  # generated tokens per run: outcomes are the V**3 joint sequences
+N = 2000
+ALPHA = 0.01
+TARGET_SEED, DRAFT_SEED = 3, 4
+LAYERS = 1  # fast: the test needs two different distributions, not depth
+INIT = 0.2  # spread distributions (51 of the 64 outcomes have p >= 1/800) that differ a lot
+# (mean total variation between target and draft next-token distributions ~0.5)
+SPEC_SEEDS = range(N)
+PLAIN_SEEDS = range(10**6, 10**6 + N)
+
+
+@pytest.fixture(scope="module")
+def target_model(tiny_llama):
+    return tiny_llama(TARGET_SEED, vocab=V, layers=LAYERS, init=INIT, max_positions=16)
+
+
+@pytest.fixture(scope="module")
+def draft_model(tiny_llama):
+    return tiny_llama(DRAFT_SEED, vocab=V, layers=LAYERS, init=INIT, max_positions=16)
+
+
+def outcomes(target, drafter, params: SamplingParams, k: int | None, seeds) -> Counter:
+    counts: Counter = Counter()
+    for seed in seeds:
+        config = GenerationConfig(LENGTH, params, seed=seed)
+        result = generate(target, drafter, PROMPT, config, DraftLength(k) if k else None)
+        assert len(result.token_ids) == LENGTH
+        counts[tuple(result.token_ids)] += 1
+    return counts
+
+
+def homogeneity_pvalue(a: Counter, b: Counter) -> float:
+    """Chi-square test of homogeneity of two histograms; sparse cells pooled into one."""
+    total_a, total_b = sum(a.values()), sum(b.values())
+    share_a = total_a / (total_a + total_b)
+    columns, pooled = [], [0, 0]
+    for cell in sorted(set(a) | set(b)):
+        both = a[cell] + b[cell]
+        if min(both * share_a, both * (1 - share_a)) < 5:
+            pooled[0] += a[cell]
+            pooled[1] += b[cell]
+        else:
+            columns.append([a[cell], b[cell]])
+    if pooled[0] + pooled[1]:
+        columns.append(pooled)
+    assert len(columns) >= 2
+    table = list(zip(*columns))
+    return float(chi2_contingency(table).pvalue)
+
+
+_plain_cache: dict = {}
+
+
+def plain_outcomes(target_model, params: SamplingParams) -> Counter:
+    """Plain sampling reference, shared by the tests that use the same params."""
+    if params not in _plain_cache:
+        _plain_cache[params] = outcomes(NativeLlama.from_hf(target_model), NoDrafter(), params, None,
+                                        PLAIN_SEEDS)
+    return _plain_cache[params]
+
+
+def speculative_pvalue(target_model, drafter, params: SamplingParams, k: int) -> float:
+    spec = outcomes(NativeLlama.from_hf(target_model), drafter, params, k, SPEC_SEEDS)
+    return homogeneity_pvalue(spec, plain_outcomes(target_model, params))
+
+
+class FixedDrafter(Drafter):
+    """A deterministic drafter (q = None) that always proposes the same tokens."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens = torch.tensor(tokens, dtype=torch.long)
+
+    @classmethod
+    def create(cls, target, options):
+        raise NotImplementedError("test drafter")
+
+    def propose(self, seq, k) -> Draft:
+        return Draft(self.tokens[:k].clone(), None)
+
+
+def verify_sampling_without_residual(tree, q, p, generator) -> Verdict:
+    """BROKEN on purpose (chains only): after a rejection it samples from p instead of the
+    residual, which over-represents tokens the drafter already proposes often."""
+    draft = tree.tokens
+    gamma = draft.shape[0]
+    if q is None:
+        q = torch.nn.functional.one_hot(draft, p.shape[-1]).to(p.dtype)
+    idx = torch.arange(gamma)
+    r = torch.rand(gamma, generator=generator)
+    rejected = (r * q[idx, draft] >= p[idx, draft]).nonzero()
+    if not rejected.numel():
+        return Verdict(tuple(range(gamma)), int(sample(p[gamma], generator)))
+    i = int(rejected[0, 0])
+    return Verdict(tuple(range(i)), int(sample(p[i], generator)))
+
+
+T1 = SamplingParams(temperature=1.0)
+
+
+@pytest.mark.parametrize("k", [1, 2])  # k >= 3 drafts only 2: the third token is the bonus
+def test_speculative_sampling_with_draft_model_matches_plain_sampling(k, target_model,
+                                                                      draft_model):
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama.from_hf(draft_model)), T1, k)
+    assert pvalue > ALPHA
+
+
+def test_broken_verifier_is_detected_by_the_same_test(monkeypatch, target_model, draft_model):
+    """Power check: the test above rejects a verifier that skips the residual distribution."""
+    monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_sampling_without_residual)
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama.from_hf(draft_model)), T1, 2)
+    assert pvalue < ALPHA
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(temperature=1.0, top_k=2), SamplingParams(temperature=1.0, top_p=0.8)],
+    ids=["top_k=2", "top_p=0.8"],
+)
+def test_speculative_sampling_matches_plain_sampling_with_filters(params, target_model,
+                                                                  draft_model):
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama.from_hf(draft_model)), params, 2)
+    assert pvalue > ALPHA
+
+
+def test_deterministic_drafter_speculative_sampling_matches_plain_sampling(target_model):
+    pvalue = speculative_pvalue(target_model, FixedDrafter([3, 0, 3]), T1, 3)
+    assert pvalue > ALPHA
+
+
+# --- token trees --------------------------------------------------------------------------------
+# The same test through the `eagle` drafter (a random head, vocabulary 4, top-2 children per node:
+# a tree with siblings at every level): recursive rejection sampling over siblings with one-hot q.
+
+
+def eagle_drafter(target_model) -> Eagle:
+    target = NativeLlama.from_hf(target_model)
+    torch.manual_seed(DRAFT_SEED)
+    head = EagleHead(target.layer_shape()).eval()
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_(0, INIT)
+    return Eagle(target, head, topk=2, nodes=6)
+
+
+def tree_pvalue(target_model, drafter) -> float:
+    """Like `speculative_pvalue`, but the drafter must share the target it reads features of."""
+    spec = outcomes(drafter.target, drafter, T1, 2, SPEC_SEEDS)
+    return homogeneity_pvalue(spec, plain_outcomes(target_model, T1))
+
+
+def verify_tree_without_sibling_residual(tree, q, p, generator) -> Verdict:
+    """BROKEN on purpose: each sibling is tried against the row's original p, never against the
+    residual left by the siblings rejected before it."""
+    path, row = [], 0
+    while True:
+        for child in tree.children[row]:
+            x = int(tree.tokens[child])
+            if float(torch.rand(1, generator=generator)) < float(p[row, x]):
+                path.append(child)
+                row = child + 1
+                break
+        else:
+            return Verdict(tuple(path), int(sample(p[row], generator)))
+
+
+def test_tree_speculative_sampling_with_eagle_matches_plain_sampling(target_model):
+    assert tree_pvalue(target_model, eagle_drafter(target_model)) > ALPHA
+
+
+def test_broken_tree_verifier_is_detected_by_the_same_test(monkeypatch, target_model):
+    """Power check: skipping the residual between siblings must be rejected at alpha = 0.01."""
+    monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_tree_without_sibling_residual)
+    assert tree_pvalue(target_model, eagle_drafter(target_model)) < ALPHA

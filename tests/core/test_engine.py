@@ -1,0 +1,450 @@
+"""The decoding loop on a tiny random Llama: greedy losslessness for every drafter, the stats, and
+the stop conditions.
+
+Greedy speculative decoding must reproduce plain greedy decoding token for token, whatever the
+drafter proposes (right, wrong, or right for a while). The tiny models are initialised with a large
+range so argmax margins are far above the rounding differences between scoring 1 and k+1 tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from specdecode.core.engine import generate, stream
+from specdecode.core.sampling import SamplingParams
+from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.drafters.base import Draft, Drafter
+from specdecode.drafters.draft_model import DraftModel
+from specdecode.drafters.layerskip import LayerSkip
+from specdecode.drafters.lookup import PromptLookup
+from specdecode.drafters.plain import NoDrafter
+from specdecode.errors import InvalidParameterError, PromptTooLongError
+from specdecode.models.llama import NativeLlama
+from specdecode.models.target import HFTarget
+
+V = 64
+PROMPT = [3, 17, 42, 5, 9, 3, 17, 42, 8, 5, 9]  # repeated n-grams give prompt lookup some hits
+NEW = 40
+GREEDY = SamplingParams()
+TARGET_SEED, DRAFT_SEED = 0, 100
+
+
+def greedy(max_new_tokens: int = NEW, **kwargs) -> GenerationConfig:
+    return GenerationConfig(max_new_tokens, GREEDY, **kwargs)
+
+
+class Scripted(Drafter):
+    """Knows the plain greedy continuation (`reference` = prompt + output) and proposes it
+    ("right"), proposes a different token at every position ("wrong"), or the right tokens for a
+    random number of positions and then wrong ones ("mixed"). Records the k it was asked for."""
+
+    def __init__(self, reference: list[int], mode: str, seed: int = 0) -> None:
+        self.reference, self.mode, self.seed = reference, mode, seed
+        self.asked: list[int] = []
+
+    @classmethod
+    def create(cls, target, options):
+        raise NotImplementedError("test drafter")
+
+    def start(self, seq) -> None:
+        seq.drafter_state = random.Random(self.seed)
+
+    def propose(self, seq, k) -> Draft:
+        self.asked.append(k)
+        context = seq.context
+        L = context.shape[0]
+        assert context.tolist() == self.reference[:L], "the engine's context left the reference"
+        truth = self.reference[L : L + k]
+        wrong = [(t + 1) % V for t in truth]
+        if self.mode == "right":
+            tokens = truth
+        elif self.mode == "wrong":
+            tokens = wrong
+        else:
+            j = seq.drafter_state.randint(0, len(truth))
+            tokens = truth[:j] + wrong[j:]
+        return Draft(torch.tensor(tokens, dtype=torch.long), None)
+
+
+@pytest.fixture(scope="module")
+def target_model(tiny_llama):
+    return tiny_llama(TARGET_SEED, vocab=V, layers=2)
+
+
+@pytest.fixture(scope="module")
+def draft_model(tiny_llama):
+    return tiny_llama(DRAFT_SEED, vocab=V, layers=2)
+
+
+@pytest.fixture(scope="module")
+def plain(target_model) -> list[int]:
+    """Plain greedy decoding: NEW tokens after PROMPT."""
+    result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None)
+    assert len(result.token_ids) == NEW and result.finish_reason == "length"
+    return result.token_ids
+
+
+@pytest.fixture
+def reference(plain) -> list[int]:
+    return PROMPT + plain
+
+
+def make_drafter(name: str, target, reference, draft_model, target_model, seed: int = 0):
+    if name in ("right", "wrong", "mixed"):
+        return Scripted(reference, name, seed)
+    if name == "lookup":
+        return PromptLookup(ngram_max=3, ngram_min=1)
+    if name == "draft":
+        return DraftModel(NativeLlama.from_hf(draft_model))
+    if name == "draft-same-weights":
+        return DraftModel(NativeLlama.from_hf(target_model))
+    if name == "draft-hf":
+        return DraftModel(HFTarget(draft_model))
+    if name == "layerskip":
+        return LayerSkip(target, layers=(0,))
+    raise ValueError(name)
+
+
+DRAFTERS = ["right", "wrong", "mixed", "lookup", "draft", "draft-same-weights", "layerskip"]
+
+
+# --- greedy equivalence -------------------------------------------------------------------------
+
+
+def test_plain_decoding_has_tau_one(target_model, plain):
+    result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None)
+    assert result.token_ids == plain
+    s = result.stats
+    assert s.new_tokens == s.target_forwards == NEW
+    assert s.tau == 1.0
+    assert s.drafted == 0 and s.acceptance_rate is None and s.draft_forwards == 0
+
+
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
+@pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_greedy_speculative_output_equals_plain_decoding(
+    name, k, adaptive, target_model, draft_model, plain, reference
+):
+    target = NativeLlama.from_hf(target_model)
+    drafter = make_drafter(name, target, reference, draft_model, target_model)
+    result = generate(target, drafter, PROMPT, greedy(), DraftLength(k, adaptive=adaptive))
+    assert result.token_ids == plain
+    assert result.finish_reason == "length"
+    s = result.stats
+    assert s.new_tokens == NEW
+    assert s.tau == pytest.approx(s.new_tokens / s.target_forwards)
+    assert s.new_tokens == s.accepted + s.target_forwards  # one recovered/bonus token per step
+    assert sum(s.accepted_histogram) == s.target_forwards
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_output_equals_plain_when_drafter_is_right_for_a_random_prefix(
+    seed, target_model, plain, reference
+):
+    drafter = Scripted(reference, "mixed", seed)
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLength(6))
+    assert result.token_ids == plain
+    assert 0 < result.stats.acceptance_rate < 1
+
+
+def test_greedy_draft_model_on_hf_target_equals_plain(target_model, draft_model, plain):
+    result = generate(HFTarget(target_model), DraftModel(HFTarget(draft_model)), PROMPT, greedy(),
+                      DraftLength(3))
+    assert result.token_ids == plain
+
+
+def test_hf_target_and_native_llama_give_same_greedy_tokens(target_model, plain):
+    result = generate(HFTarget(target_model), NoDrafter(), PROMPT, greedy(), None)
+    assert result.token_ids == plain
+
+
+def test_hf_target_and_native_llama_give_same_greedy_tokens_for_another_model(tiny_llama):
+    model = tiny_llama(5, vocab=V, layers=4)
+    native = generate(NativeLlama.from_hf(model), NoDrafter(), PROMPT, greedy(30), None)
+    hf = generate(HFTarget(model), NoDrafter(), PROMPT, greedy(30), None)
+    assert native.token_ids == hf.token_ids
+
+
+def test_prompt_of_one_token_works(target_model, reference):
+    plain1 = generate(NativeLlama.from_hf(target_model), NoDrafter(), [7], greedy(12), None).token_ids
+    spec = generate(NativeLlama.from_hf(target_model), PromptLookup(2, 1), [7], greedy(12),
+                    DraftLength(3)).token_ids
+    assert spec == plain1 and len(plain1) == 12
+
+
+def test_drafter_and_target_are_reusable_across_requests(target_model, draft_model, plain):
+    target = NativeLlama.from_hf(target_model)
+    drafter = DraftModel(NativeLlama.from_hf(draft_model))
+    first = generate(target, drafter, PROMPT, greedy(), DraftLength(4)).token_ids
+    other = generate(target, drafter, [1, 2, 3, 4], greedy(10), DraftLength(4)).token_ids
+    again = generate(target, drafter, PROMPT, greedy(), DraftLength(4)).token_ids
+    assert first == again == plain
+    assert other == generate(NativeLlama.from_hf(target_model), NoDrafter(), [1, 2, 3, 4], greedy(10),
+                             None).token_ids
+
+
+# --- stats --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("new", [40, 42, 43])
+def test_always_right_drafter_with_k4_needs_ceil_new_over_5_target_forwards(
+    new, target_model
+):
+    ref_result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(new), None)
+    drafter = Scripted(PROMPT + ref_result.token_ids, "right")
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(new), DraftLength(4))
+    assert result.token_ids == ref_result.token_ids
+    s = result.stats
+    assert s.target_forwards == math.ceil(new / 5)
+    assert s.tau == pytest.approx(new / math.ceil(new / 5))
+    assert s.tau > 4.5
+    assert s.acceptance_rate == 1.0
+    assert all(r == 1.0 for r in s.acceptance_by_position)
+
+
+def test_always_wrong_drafter_has_acceptance_rate_zero_and_tau_one(target_model, reference, plain):
+    drafter = Scripted(reference, "wrong")
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLength(3))
+    assert result.token_ids == plain
+    s = result.stats
+    assert s.acceptance_rate == 0.0 and s.accepted == 0
+    assert s.tau == 1.0 and s.target_forwards == NEW
+    assert s.accepted_histogram == [NEW]
+    assert s.drafted == sum(drafter.asked)
+
+
+def test_draft_model_counts_one_draft_forward_per_drafted_token(target_model, draft_model):
+    result = generate(NativeLlama.from_hf(target_model), DraftModel(NativeLlama.from_hf(draft_model)), PROMPT,
+                      greedy(), DraftLength(3))
+    assert result.stats.draft_forwards == result.stats.drafted > 0
+
+
+def test_draft_model_with_target_weights_is_always_accepted(target_model, plain):
+    result = generate(NativeLlama.from_hf(target_model), DraftModel(NativeLlama.from_hf(target_model)), PROMPT,
+                      greedy(), DraftLength(4))
+    assert result.token_ids == plain
+    assert result.stats.acceptance_rate == 1.0
+    assert result.stats.target_forwards == NEW // 5
+
+
+def test_drafter_is_never_asked_for_more_tokens_than_the_budget_allows(target_model):
+    ref = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(7), None).token_ids
+    drafter = Scripted(PROMPT + ref, "right")
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(7), DraftLength(4))
+    # 7 tokens: a full draft of 4 (+1 bonus), then 2 left: a draft of 1 (+1 bonus)
+    assert drafter.asked == [4, 1]
+    assert result.token_ids == ref
+
+
+def test_adaptive_draft_length_grows_after_full_acceptance(target_model, reference):
+    drafter = Scripted(reference, "right")
+    generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLength(2, adaptive=True))
+    # 2 (+1), 4 (+1), 6 (+1), 8 (+1), 10 (+1) = 35 tokens; 5 left: min(12, 5 - 1)
+    assert drafter.asked == [2, 4, 6, 8, 10, 4]
+
+
+def test_adaptive_draft_length_shrinks_after_rejection(target_model, reference):
+    drafter = Scripted(reference, "wrong")
+    generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLength(4, adaptive=True))
+    assert drafter.asked[:5] == [4, 3, 2, 1, 1]
+    assert set(drafter.asked[3:]) == {1}
+
+
+# --- stop conditions ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_new", [1, 2, 3, 7, 11])
+@pytest.mark.parametrize("name", ["plain", "right", "draft"])
+def test_max_new_tokens_is_respected_exactly(max_new, name, target_model, draft_model, reference,
+                                             plain):
+    target = NativeLlama.from_hf(target_model)
+    if name == "plain":
+        drafter, length = NoDrafter(), None
+    else:
+        drafter = make_drafter(name, target, reference, draft_model, target_model)
+        length = DraftLength(5)
+    result = generate(target, drafter, PROMPT, greedy(max_new), length)
+    assert result.token_ids == plain[:max_new]
+    assert result.finish_reason == "length"
+    assert result.stats.new_tokens == max_new
+
+
+def expected_before_eos(plain: list[int], eos: int) -> list[int]:
+    return plain[: plain.index(eos)]
+
+
+@pytest.mark.parametrize("step", [5, 7, 14])
+@pytest.mark.parametrize("name", ["plain", "right", "mixed", "lookup", "draft"])
+def test_eos_stops_generation_before_the_first_eos_token(step, name, target_model, draft_model,
+                                                         reference, plain):
+    eos = plain[step - 1]  # the token plain decoding produces at this step (may occur earlier)
+    target = NativeLlama.from_hf(target_model)
+    drafter = NoDrafter() if name == "plain" else make_drafter(name, target, reference,
+                                                               draft_model, target_model)
+    result = generate(target, drafter, PROMPT, greedy(), None if name == "plain" else
+                      DraftLength(4), eos_token_ids=frozenset({eos}))
+    assert result.token_ids == expected_before_eos(plain, eos)
+    assert eos not in result.token_ids
+    assert result.finish_reason == "stop"
+    assert result.stats.new_tokens == len(result.token_ids)
+
+
+def test_eos_inside_an_accepted_draft_cuts_the_draft(target_model, reference, plain):
+    eos = plain[2]
+    drafter = Scripted(reference, "right")
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLength(8),
+                      eos_token_ids=frozenset({eos, V + 5}))
+    assert result.token_ids == expected_before_eos(plain, eos)
+    assert result.stats.target_forwards == 1
+    assert result.finish_reason == "stop"
+
+
+def test_eos_as_first_generated_token_gives_empty_output(target_model, plain):
+    result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None,
+                      eos_token_ids=frozenset({plain[0]}))
+    assert result.token_ids == [] and result.finish_reason == "stop"
+    assert result.stats.new_tokens == 0
+
+
+def fake_decode(ids: list[int]) -> str:
+    return "".join(chr(65 + i % 26) for i in ids)
+
+
+def test_text_is_decoded_output_when_there_is_no_stop_string(target_model, plain):
+    result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None,
+                      decode=fake_decode)
+    assert result.text == fake_decode(plain)
+    assert result.finish_reason == "length"
+
+
+@pytest.mark.parametrize("name", ["plain", "right", "lookup", "draft"])
+def test_stop_string_cuts_text_before_it_and_finishes_with_stop(name, target_model, draft_model,
+                                                                reference, plain):
+    full = fake_decode(plain)
+    stop = full[5:7]
+    expected = full[: full.find(stop)]
+    target = NativeLlama.from_hf(target_model)
+    drafter = NoDrafter() if name == "plain" else make_drafter(name, target, reference,
+                                                               draft_model, target_model)
+    result = generate(target, drafter, PROMPT, greedy(stop=(stop, "never-there")),
+                      None if name == "plain" else DraftLength(4), decode=fake_decode)
+    assert result.text == expected
+    assert result.finish_reason == "stop"
+    assert result.stats.new_tokens < NEW
+    # generation stopped as soon as the stop string was complete
+    assert fake_decode(result.token_ids).find(stop) == len(expected)
+    assert plain[: len(result.token_ids)] == result.token_ids
+
+
+def test_stream_yields_chunks_whose_concatenation_is_the_result(target_model, reference, plain):
+    chunks = list(stream(NativeLlama.from_hf(target_model), Scripted(reference, "mixed", 1), PROMPT,
+                         greedy(), DraftLength(4), decode=fake_decode))
+    assert [c.finish_reason for c in chunks[:-1]] == [None] * (len(chunks) - 1)
+    assert all(c.stats is None for c in chunks[:-1])
+    assert chunks[-1].finish_reason == "length" and chunks[-1].stats is not None
+    assert sum((c.token_ids for c in chunks), []) == plain
+    assert "".join(c.text for c in chunks) == fake_decode(plain)
+    assert len(chunks) == chunks[-1].stats.target_forwards
+    assert all(1 <= len(c.token_ids) <= 5 for c in chunks)
+
+
+@pytest.mark.parametrize("name", ["plain", "lookup", "draft", "right"])
+def test_generation_stops_at_the_context_window(name, tiny_llama, draft_model):
+    model = tiny_llama(TARGET_SEED, vocab=V, layers=2, max_positions=48)
+    prompt = (PROMPT * 4)[:43]
+    ref = generate(NativeLlama.from_hf(model), NoDrafter(), prompt, greedy(100), None)
+    assert len(ref.token_ids) == 48 - 43 and ref.finish_reason == "length"
+    target = NativeLlama.from_hf(model)
+    if name == "plain":
+        drafter = NoDrafter()
+    elif name == "draft":  # the draft model's window is full before the target's
+        drafter = DraftModel(NativeLlama.from_hf(tiny_llama(DRAFT_SEED, vocab=V, max_positions=45)))
+    else:
+        drafter = make_drafter(name, target, prompt + ref.token_ids, draft_model, model)
+    result = generate(target, drafter, prompt, greedy(100), DraftLength(4))
+    assert result.token_ids == ref.token_ids
+    assert result.finish_reason == "length"
+
+
+def test_draft_model_with_smaller_context_window_keeps_output_identical(tiny_llama, target_model,
+                                                                        plain):
+    small = NativeLlama.from_hf(tiny_llama(DRAFT_SEED, vocab=V, max_positions=len(PROMPT) + 15))
+    result = generate(NativeLlama.from_hf(target_model), DraftModel(small), PROMPT, greedy(),
+                      DraftLength(4))
+    assert result.token_ids == plain
+
+
+# --- sampling mode ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["plain", "draft", "lookup"])
+def test_sampling_is_reproducible_for_a_fixed_seed(name, target_model, draft_model, reference):
+    def run():
+        target = NativeLlama.from_hf(target_model)
+        drafter = NoDrafter() if name == "plain" else make_drafter(name, target, reference,
+                                                                   draft_model, target_model)
+        config = GenerationConfig(30, SamplingParams(1.0, top_k=10), seed=1234)
+        return generate(target, drafter, PROMPT, config, DraftLength(3)).token_ids
+
+    first = run()
+    assert len(first) == 30
+    assert run() == first
+
+
+def test_unseeded_sampling_runs(target_model, draft_model):
+    config = GenerationConfig(10, SamplingParams(0.8, top_p=0.9))
+    result = generate(NativeLlama.from_hf(target_model), DraftModel(NativeLlama.from_hf(draft_model)), PROMPT,
+                      config, DraftLength(3))
+    assert len(result.token_ids) == 10 and all(0 <= t < V for t in result.token_ids)
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [0, 1, 50])
+def test_prompt_not_shorter_than_context_window_raises_prompt_too_long(extra, target_model):
+    target = NativeLlama.from_hf(target_model)
+    prompt = [1] * (target.max_length + extra)
+    with pytest.raises(PromptTooLongError):
+        generate(target, NoDrafter(), prompt, greedy(), None)
+
+
+def test_prompt_one_shorter_than_context_window_generates_one_token(target_model, draft_model):
+    target = NativeLlama.from_hf(target_model)
+    prompt = (PROMPT * 30)[: target.max_length - 1]
+    expected = generate(target, NoDrafter(), prompt, greedy(), None)
+    assert len(expected.token_ids) == 1 and expected.finish_reason == "length"
+    result = generate(target, DraftModel(NativeLlama.from_hf(draft_model)), prompt, greedy(),
+                      DraftLength(4))
+    assert result.token_ids == expected.token_ids
+
+
+def test_empty_prompt_raises_invalid_parameter(target_model):
+    with pytest.raises(InvalidParameterError):
+        generate(NativeLlama.from_hf(target_model), NoDrafter(), [], greedy(), None)
+
+
+def test_invalid_generation_and_draft_length_parameters_raise():
+    with pytest.raises(InvalidParameterError):
+        GenerationConfig(max_new_tokens=0)
+    with pytest.raises(InvalidParameterError):
+        DraftLength(0)
+    with pytest.raises(InvalidParameterError):
+        DraftLength(3, adaptive=True, k_min=5, k_max=2)
+
+
+@pytest.mark.parametrize("name", ["mixed", "lookup", "draft", "layerskip"])
+def test_greedy_speculative_output_equals_plain_decoding_with_bf16_weights(
+    name, target_model, draft_model
+):
+    plain_bf16 = generate(NativeLlama.from_hf(target_model, torch.bfloat16), NoDrafter(), PROMPT,
+                          greedy(), None).token_ids
+    target = NativeLlama.from_hf(target_model, torch.bfloat16)
+    drafter = make_drafter(name, target, PROMPT + plain_bf16, draft_model, target_model)
+    result = generate(target, drafter, PROMPT, greedy(), DraftLength(4))
+    assert result.token_ids == plain_bf16
