@@ -103,10 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default bench-out)")
     b.add_argument("--resume", action="store_true",
                    help="continue the run recorded in --out: nothing already measured is rerun")
-    b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy)")
     b.add_argument("--floor", action="store_true",
                    help="instead of the table: measure memory bandwidth, the per-step floor it "
                         "implies, and the target's step time over 1, 4, 8 and 16 new tokens")
+    b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy)")
 
     t = sub.add_parser("tune", help="measure drafting settings and save the fastest as defaults",
                        description="Search which layers layerskip should skip (once per model), "

@@ -27,11 +27,17 @@ from ..models.heads import EagleHead
 from ..models.linear import Linear
 from ..models.target import FeatureTarget, KVCache
 from .base import EMPTY_DRAFT, Draft, option, register
-from .learned import LearnedDrafter, draft_lm_head, positive, select_nodes, to_token_ids
+from .learned import (
+    DEFAULT_NODES,
+    HeadOptions,
+    LearnedDrafter,
+    draft_lm_head,
+    positive,
+    select_nodes,
+    to_token_ids,
+)
 
-# Small trees by default: on a small target the head's deeper guesses are right too rarely to pay
-# for the tree levels that draft them (BENCHMARKS.md, measurements behind defaults).
-DEFAULT_DEPTH, DEFAULT_NODES = 2, 3
+DEFAULT_DEPTH = 2  # tree levels by default, with DEFAULT_NODES nodes (see `learned.py`)
 
 
 @dataclass
@@ -46,17 +52,12 @@ class _State:
 @register("eagle")
 class Eagle(LearnedDrafter):
     @dataclass(frozen=True)
-    class Options:
-        draft_model: str | None = option(
-            None, "a trained EAGLE head directory (default: the head shipped for the model)")
+    class Options(HeadOptions):
         tree_topk: int = option(2, "children per expanded tree node; the tree's depth is --k")
-        tree_nodes: int | None = option(
-            None, f"draft tokens per tree, all verified in one forward (default {DEFAULT_NODES})",
-            parse=int)
 
         def __post_init__(self) -> None:
+            super().__post_init__()
             positive("tree_topk", self.tree_topk)
-            positive("tree_nodes", self.tree_nodes)
 
     def __init__(self, target: FeatureTarget, head: EagleHead, topk: int = 2, nodes: int = 3,
                  label: str = "eagle head") -> None:

@@ -3,6 +3,7 @@ draft vocabulary's LM head, and turning scored candidate nodes into a `TokenTree
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ from ..core.tree import ROOT
 from ..errors import InvalidParameterError, ModelLoadError
 from ..models.heads import load_head
 from ..models.target import FeatureTarget
-from .base import Drafter
+from .base import Drafter, option
 
 if TYPE_CHECKING:
     from ..models import LoadedModel
@@ -54,9 +55,29 @@ def resolve_head(model: "LoadedModel", draft_model: str | None, kind: str) -> to
     return head
 
 
+# Small trees by default: on a small target the heads' deeper guesses are right too rarely to pay
+# for the rows and tree levels that draft them (BENCHMARKS.md, measurements behind defaults).
+DEFAULT_NODES = 3
+
+
+@dataclass(frozen=True)
+class HeadOptions:
+    """The options of every learned drafter."""
+
+    draft_model: str | None = option(
+        None, "a trained head directory (default: the head shipped for the model)")
+    tree_nodes: int | None = option(
+        None, f"draft tokens per tree, all verified in one forward (default {DEFAULT_NODES})",
+        parse=int)
+
+    def __post_init__(self) -> None:
+        positive("tree_nodes", self.tree_nodes)
+
+
 class LearnedDrafter(Drafter):
     """What `eagle` and `medusa` share: a trained head that drafts from the target's features."""
 
+    Options = HeadOptions
     uses_features = True
     requires = (FeatureTarget,)
 

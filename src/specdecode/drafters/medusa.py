@@ -13,20 +13,14 @@ lossy, is not offered.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from ..core.tree import ROOT
 from ..models.heads import MedusaHeads
 from ..models.linear import Linear
 from ..models.target import FeatureTarget
-from .base import EMPTY_DRAFT, Draft, option, register
-from .learned import LearnedDrafter, draft_lm_head, positive, to_token_ids
-
-# Small trees by default: each node costs a row of verification, and deeper heads are right too
-# rarely on a small target to pay for it (BENCHMARKS.md, measurements behind defaults).
-DEFAULT_NODES = 3
+from .base import EMPTY_DRAFT, Draft, register
+from .learned import DEFAULT_NODES, HeadOptions, LearnedDrafter, draft_lm_head, to_token_ids
 
 # Candidate paths by rank, best first: wide where the heads are sure (head 1), narrow deeper,
 # where each head's top-1 accuracy drops (Medusa's own trees are chosen the same way from
@@ -39,17 +33,6 @@ CHOICES: tuple[tuple[int, ...], ...] = (
 
 @register("medusa")
 class Medusa(LearnedDrafter):
-    @dataclass(frozen=True)
-    class Options:
-        draft_model: str | None = option(
-            None, "a trained Medusa heads directory (default: the heads shipped for the model)")
-        tree_nodes: int | None = option(
-            None, f"draft tokens per tree, all verified in one forward (default {DEFAULT_NODES})",
-            parse=int)
-
-        def __post_init__(self) -> None:
-            positive("tree_nodes", self.tree_nodes)
-
     def __init__(self, target: FeatureTarget, heads: MedusaHeads, nodes: int = DEFAULT_NODES,
                  label: str = "medusa heads") -> None:
         self.heads = [Linear(h.weight.detach().to(target.dtype), h.bias.detach())
@@ -60,7 +43,7 @@ class Medusa(LearnedDrafter):
         self.nodes, self.label = nodes, label
 
     @classmethod
-    def create(cls, model, options: Options) -> "Medusa":
+    def create(cls, model, options: HeadOptions) -> "Medusa":
         return cls(model.target, cls.load_head(model, options), options.tree_nodes or DEFAULT_NODES,
                    options.draft_model or "shipped heads")
 

@@ -9,7 +9,9 @@
 #define MAX_PANELS 3
 #define PANELS_FOR(rows) 3
 
-#define VEC(op) _mm256_##op##_ps /* vadd, vsub, .. in simd.h */
+#define X86(op) _mm256_##op /* the intrinsics' prefix, for x86.h */
+#define CAST_PS _mm256_castsi256_ps
+#define VEC(op) X86(op##_ps) /* vadd, vsub, .. in simd.h */
 typedef __m256 vf;
 #include "x86.h"
 
@@ -25,10 +27,6 @@ static inline float vsum(vf a) {
 }
 static inline vf vround(vf a) {
     return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-static inline vf vpow2i(vf n) {
-    __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 }
 static inline vf vselect_lt(vf a, vf b, vf x, vf y) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));

@@ -8,7 +8,9 @@
 #define MAX_PANELS 4
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
 
-#define VEC(op) _mm512_##op##_ps /* vadd, vsub, .. in simd.h */
+#define X86(op) _mm512_##op /* the intrinsics' prefix, for x86.h */
+#define CAST_PS _mm512_castsi512_ps
+#define VEC(op) X86(op##_ps) /* vadd, vsub, .. in simd.h */
 typedef __m512 vf;
 #include "x86.h"
 
@@ -20,10 +22,6 @@ static inline vf vload_bf16(const uint16_t *p) {
 static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
 static inline vf vround(vf a) {
     return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-static inline vf vpow2i(vf n) {
-    __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
 }
 static inline vf vselect_lt(vf a, vf b, vf x, vf y) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_LT_OQ), y, x);

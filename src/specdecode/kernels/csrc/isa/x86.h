@@ -1,6 +1,9 @@
-/* What AVX2 and AVX-512 name alike, given VEC(op) (_mm256_op_ps, _mm512_op_ps) and vf. */
+/* What AVX2 and AVX-512 name alike, given X86(op) (_mm256_op or _mm512_op), CAST_PS, VEC and vf. */
 static inline vf vzero(void) { return VEC(setzero)(); }
 static inline vf vset1(float a) { return VEC(set1)(a); }
 static inline vf vload(const float *p) { return VEC(loadu)(p); }
 static inline void vstore(float *p, vf a) { VEC(storeu)(p, a); }
 static inline vf vfma(vf a, vf b, vf c) { return VEC(fmadd)(a, b, c); }
+static inline vf vpow2i(vf n) {
+    return CAST_PS(X86(slli_epi32)(X86(add_epi32)(X86(cvtps_epi32)(n), X86(set1_epi32)(127)), 23));
+}
