@@ -10,16 +10,11 @@
 #define PANELS_FOR(rows) 3
 
 #define X86(op) _mm256_##op /* the intrinsics' prefix, for x86.h */
+#define HALF_LOAD(p) _mm_loadu_si128((const __m128i *)(p)) /* VL 16-bit values */
 #define CAST_PS _mm256_castsi256_ps
-#define VEC(op) X86(op##_ps) /* vadd, vsub, .. in simd.h */
 typedef __m256 vf;
 #include "x86.h"
 
-/* a bf16 number is the upper half of an fp32 one: widening is exact */
-static inline vf vload_bf16(const uint16_t *p) {
-    __m128i half = _mm_loadu_si128((const __m128i *)p);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
-}
 static inline float vsum(vf a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

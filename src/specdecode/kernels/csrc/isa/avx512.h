@@ -9,16 +9,11 @@
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
 
 #define X86(op) _mm512_##op /* the intrinsics' prefix, for x86.h */
+#define HALF_LOAD(p) _mm256_loadu_si256((const __m256i *)(p)) /* VL 16-bit values */
 #define CAST_PS _mm512_castsi512_ps
-#define VEC(op) X86(op##_ps) /* vadd, vsub, .. in simd.h */
 typedef __m512 vf;
 #include "x86.h"
 
-/* a bf16 number is the upper half of an fp32 one: widening is exact */
-static inline vf vload_bf16(const uint16_t *p) {
-    __m256i half = _mm256_loadu_si256((const __m256i *)p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
-}
 static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
 static inline vf vround(vf a) {
     return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

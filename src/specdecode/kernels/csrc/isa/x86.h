@@ -1,4 +1,7 @@
-/* What AVX2 and AVX-512 name alike, given X86(op) (_mm256_op or _mm512_op), CAST_PS, VEC and vf. */
+/* What AVX2 and AVX-512 name alike, given X86(op) (_mm256_op or _mm512_op), CAST_PS (from
+ * integer lanes to floats), HALF_LOAD(p) (VL 16-bit values) and vf. */
+#define VEC(op) X86(op##_ps) /* vadd, vsub, .. in simd.h */
+
 static inline vf vzero(void) { return VEC(setzero)(); }
 static inline vf vset1(float a) { return VEC(set1)(a); }
 static inline vf vload(const float *p) { return VEC(loadu)(p); }
@@ -6,4 +9,8 @@ static inline void vstore(float *p, vf a) { VEC(storeu)(p, a); }
 static inline vf vfma(vf a, vf b, vf c) { return VEC(fmadd)(a, b, c); }
 static inline vf vpow2i(vf n) {
     return CAST_PS(X86(slli_epi32)(X86(add_epi32)(X86(cvtps_epi32)(n), X86(set1_epi32)(127)), 23));
+}
+/* a bf16 number is the upper half of an fp32 one: widening is exact */
+static inline vf vload_bf16(const uint16_t *p) {
+    return CAST_PS(X86(slli_epi32)(X86(cvtepu16_epi32)(HALF_LOAD(p)), 16));
 }
