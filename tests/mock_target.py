@@ -78,6 +78,7 @@ class MockTarget:
 
     device = torch.device("cpu")
     dtype = torch.float32
+    weights = "float64"
 
     def __init__(self, vocab: int = 24, hidden: int = 16, layers: int = 3,
                  max_length: int = 160, seed: int = 0, sharpness: float = 4.0) -> None:
@@ -93,6 +94,9 @@ class MockTarget:
 
     def describe(self) -> str:
         return "mock target (torch)"
+
+    def weight_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in [self.lm_head, *self.mixes])
 
     def new_cache(self) -> MockCache:
         return MockCache(self.num_layers, self.max_length, self.hidden_size)

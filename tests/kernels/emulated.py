@@ -79,19 +79,25 @@ class EmulatedLibrary:
     def kernel_lanes(self) -> int:
         return self.lanes
 
-    def _linear(self, op: int, x, w, y, T, I, O, threads, weight_type) -> int:
-        panels = -(-O // self.lanes)
-        self._send(struct.pack("<i4q", op, T, I, O, threads) + _read(x, T * I, np.float32)
-                   + _read(w, panels * I * self.lanes, weight_type))
+    def _linear(self, op: int, x, w, y, T, I, O, threads, bytes_per_weight: float) -> int:
+        weight_bytes = int(-(-O // self.lanes) * self.lanes * I * bytes_per_weight)
+        self._send(struct.pack("<i5q", op, T, I, O, threads, weight_bytes)
+                   + _read(x, T * I, np.float32) + ctypes.string_at(w, weight_bytes))
         status = self._status()
         self._answer(y, T * O)
         return status
 
     def linear_f32(self, x, w, y, T, I, O, threads) -> int:
-        return self._linear(1, x, w, y, T, I, O, threads, np.float32)
+        return self._linear(1, x, w, y, T, I, O, threads, 4)
 
     def linear_bf16(self, x, w, y, T, I, O, threads) -> int:
-        return self._linear(2, x, w, y, T, I, O, threads, np.uint16)
+        return self._linear(2, x, w, y, T, I, O, threads, 2)
+
+    def linear_q8(self, x, w, y, T, I, O, threads) -> int:  # per 32 weights: a scale, 32 bytes
+        return self._linear(6, x, w, y, T, I, O, threads, (2 + 32) / 32)
+
+    def linear_q4(self, x, w, y, T, I, O, threads) -> int:  # scale, offset, 16 bytes
+        return self._linear(7, x, w, y, T, I, O, threads, (2 + 2 + 16) / 32)
 
     def attention(self, qkv, keys, values, cos, sin, positions, mask, out, T, start, H, G, d,
                   capacity, threads) -> int:

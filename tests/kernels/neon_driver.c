@@ -2,7 +2,8 @@
  * behalf of the tests: reads a call from stdin, runs it, writes the outputs to stdout. The tests'
  * `EmulatedLibrary` (emulated.py) speaks the other side; every number is little-endian.
  *
- * A call: int32 operation, then its int64 sizes (and float eps for rms_norm), then its input
+ * A call: int32 operation, then its int64 sizes (and float eps for rms_norm; for the linear
+ * layers the weight's size in bytes), then its input
  * arrays in argument order. The answer: int32 status, then the output arrays (for attention also
  * qkv, keys and values, which the kernel changes in place). */
 #include <stdio.h>
@@ -41,14 +42,16 @@ int main(void) {
             put(&status, sizeof status);
             put(&lanes, sizeof lanes);
             put(names, sizeof names);
-        } else if (op == 1 || op == 2) { /* linear_f32, linear_bf16: T I O threads; x w -> y */
-            int64_t T = size(), I = size(), O = size(), threads = size();
-            int64_t P = (O + kernel_lanes() - 1) / kernel_lanes();
+        } else if (op == 1 || op == 2 || op == 6 || op == 7) {
+            /* linear_f32, _bf16, _q8, _q4: T I O threads bytes-of-w; x w -> y */
+            int64_t T = size(), I = size(), O = size(), threads = size(), w_bytes = size();
             float *x = read_array(sizeof(float) * T * I);
-            void *w = read_array((op == 1 ? 4 : 2) * P * I * kernel_lanes());
+            void *w = read_array(w_bytes);
             float *y = calloc(T * O + 1, sizeof(float));
             status = op == 1 ? linear_f32(x, w, y, T, I, O, threads)
-                             : linear_bf16(x, w, y, T, I, O, threads);
+                   : op == 2 ? linear_bf16(x, w, y, T, I, O, threads)
+                   : op == 6 ? linear_q8(x, w, y, T, I, O, threads)
+                             : linear_q4(x, w, y, T, I, O, threads);
             put(&status, sizeof status);
             put(y, sizeof(float) * T * O);
             free(x), free(w), free(y);

@@ -30,8 +30,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"alias, .gguf file, model directory or hub id (default: {DEFAULT_MODEL})")
     p.add_argument("--backend", default="auto", choices=["auto", "native", "transformers"],
                    help="native Llama-family path or transformers (default: native when supported)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                   help="weight dtype of the target as loaded (default: float32)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="what the target's matrices are held in: auto = a GGUF file's own block "
+                        "formats (fp32 for other models); float32 or bfloat16 dequantizes them "
+                        "(default: auto)")
     p.add_argument("--device", default="cpu",
                    help="cpu (default), or cuda with --backend transformers")
     p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels "

@@ -67,7 +67,7 @@ def generate(args: argparse.Namespace) -> int:
         return 0
     rows = [(spec.method, result.stats)] + ([("ar", base.stats)] if base else [])
     note = f" · {spec.note}" if spec.note else ""
-    print(f"\n[{model.name} · {model.backend} {args.dtype} · {model.kernels} · "
+    print(f"\n[{model.name} · {model.backend} {model.weights} · {model.kernels} · "
           f"{decoder.describe()}{note}]")
     print(format_stats(rows))
     if base:
@@ -102,12 +102,11 @@ def format_stats(rows: list[tuple[str, RunStats]]) -> str:
 
 def bench(args: argparse.Namespace) -> int:
     if args.floor:
-        from ..models.loader import DTYPES
         from .bench.floor import floor_report
 
         model = load(args)
-        print(f"{model.name} ({model.backend}, {args.dtype}, {model.kernels})")
-        print(floor_report(model, DTYPES[args.dtype]))
+        print(f"{model.name} ({model.backend}, {model.weights}, {model.kernels})")
+        print(floor_report(model))
         return 0
     from .bench.run import run_bench
 

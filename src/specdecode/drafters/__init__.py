@@ -4,8 +4,18 @@ each drafter registers itself: a new drafter is one new file here."""
 import importlib
 import pkgutil
 
-from .base import (DRAFTERS, Draft, Drafter, NoOptions, create_drafter, drafter_class,
-                   make_options, option, option_fields, register)
+from .base import (
+    DRAFTERS,
+    Draft,
+    Drafter,
+    NoOptions,
+    create_drafter,
+    drafter_class,
+    make_options,
+    option,
+    option_fields,
+    register,
+)
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

@@ -29,14 +29,14 @@ C_PATHS = ("avx512", "avx2", "neon", "generic")  # in order of preference
 # the path's instruction set and nothing else of the host's
 FLAGS = {
     "avx512": ["-DSPECDECODE_AVX512", "-mavx512f", "-mavx2", "-mfma"],
-    "avx2": ["-DSPECDECODE_AVX2", "-mavx2", "-mfma"],
+    "avx2": ["-DSPECDECODE_AVX2", "-mavx2", "-mfma", "-mf16c"],
     "neon": ["-DSPECDECODE_NEON"],
     "generic": [],
 }
 # macros the compiler predefines for the host CPU when it runs the path
 REQUIRES = {
     "avx512": ("__AVX512F__",),
-    "avx2": ("__AVX2__", "__FMA__"),
+    "avx2": ("__AVX2__", "__FMA__", "__F16C__"),
     "neon": ("__aarch64__", "__ARM_NEON"),
     "generic": (),
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..quant import QuantTensor
 from ..rope import rotate
 
 # Calls of up to this many rows are row-invariant on every path: decoding and verification steps.
@@ -48,8 +49,8 @@ class TorchKernels:
     def fits(self, head_dim: int, widths: tuple[int, ...]) -> bool:
         return True
 
-    def pack(self, w: torch.Tensor) -> torch.Tensor:
-        return w
+    def pack(self, w: torch.Tensor | QuantTensor) -> torch.Tensor:
+        return w.dequantize() if isinstance(w, QuantTensor) else w
 
     def linear(self, x: torch.Tensor, w: torch.Tensor, out_features: int) -> torch.Tensor:
         """x: [T, I] fp32, w: [O, I] -> x @ w.T: [T, O] fp32 (a bf16 weight is widened first: a

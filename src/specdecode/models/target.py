@@ -41,6 +41,7 @@ class Target(Protocol):
     vocab_size: int
     max_length: int  # context window in tokens
     device: torch.device
+    weights: str  # the formats its matrices are held in, as reports name them ("Q4_1+Q8_0")
 
     def new_cache(self) -> KVCache:
         """An empty cache for a new sequence."""
@@ -64,6 +65,11 @@ class Target(Protocol):
 
     def describe(self) -> str:
         """What computes the steps, as every report names it ('avx2 kernels (OpenMP, 2 threads)')."""
+        ...
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights one step reads: every matrix, the embedding table only when the LM
+        head is it (a step gathers a few of its rows otherwise)."""
         ...
 
 
@@ -160,7 +166,8 @@ class HFTarget:
         self.config = config
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
         self.max_length = getattr(config, "max_position_embeddings", 2048)
-        self.device = next(model.parameters()).device
+        first = next(model.parameters())
+        self.device, self.weights = first.device, str(first.dtype).removeprefix("torch.")
 
     def new_cache(self) -> HFCache:
         from transformers import DynamicCache
@@ -190,3 +197,9 @@ class HFTarget:
 
     def describe(self) -> str:
         return f"transformers on {self.device.type}"
+
+    def weight_bytes(self) -> int:
+        embed = self.model.get_input_embeddings().weight
+        tied = self.model.get_output_embeddings().weight is embed
+        return sum(p.numel() * p.element_size() for p in self.model.parameters()
+                   if p is not embed or tied)

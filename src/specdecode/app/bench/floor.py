@@ -25,22 +25,13 @@ def _median_seconds(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure_bandwidth(dtype: torch.dtype, megabytes: int = 512, repeats: int = 7) -> float:
-    """Bytes per second of a streaming read (a sum over `megabytes`, far beyond the caches): the
-    strictest floor, since no kernel reads weights faster than memory delivers them."""
-    data = torch.ones(megabytes * 2**20 * 8 // torch.finfo(dtype).bits, dtype=dtype)
+def measure_bandwidth(megabytes: int = 512, repeats: int = 7) -> float:
+    """Bytes per second of a streaming read (a sum over `megabytes` of fp32, far beyond the
+    caches): the strictest floor, since no kernel reads weights faster than memory delivers
+    them."""
+    data = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32)
     seconds = _median_seconds(data.sum, repeats)
     return data.numel() * data.element_size() / seconds
-
-
-def weight_bytes(model: LoadedModel, dtype: torch.dtype) -> int:
-    """Bytes a step reads: every parameter except the embedding table (only rows are gathered),
-    unless the LM head shares it (tied embeddings are read whole by the head)."""
-    params = list(model.hf_model.parameters())
-    embed = model.hf_model.get_input_embeddings().weight
-    head = model.hf_model.get_output_embeddings().weight
-    total = sum(p.numel() for p in params if p is not embed or head is embed)
-    return total * torch.finfo(dtype).bits // 8
 
 
 def step_seconds(model: LoadedModel, sizes: tuple[int, ...], context: int = 256,
@@ -70,14 +61,14 @@ def step_seconds(model: LoadedModel, sizes: tuple[int, ...], context: int = 256,
     return {n: statistics.median(t) for n, t in times.items()}
 
 
-def floor_report(model: LoadedModel, dtype: torch.dtype, sizes=(1, 4, 8, 16)) -> str:
-    bandwidth = measure_bandwidth(dtype)
-    nbytes = weight_bytes(model, dtype)
+def floor_report(model: LoadedModel, sizes=(1, 4, 8, 16)) -> str:
+    bandwidth = measure_bandwidth()
+    nbytes = model.target.weight_bytes()
     floor = nbytes / bandwidth
     seconds = step_seconds(model, sizes)
     one = seconds[sizes[0]]
-    lines = [f"floor: bandwidth {bandwidth / 1e9:.1f} GB/s (streaming read), {dtype} weights "
-             f"{nbytes / 1e6:.0f} MB -> floor {floor * 1e3:.1f} ms/step"]
+    lines = [f"floor: bandwidth {bandwidth / 1e9:.1f} GB/s (streaming read), {model.weights} "
+             f"weights {nbytes / 1e6:.0f} MB -> floor {floor * 1e3:.1f} ms/step"]
     for n, s in seconds.items():
         lines.append(f"  step over {n:>2} new tokens: {s * 1e3:6.1f} ms = {s / floor:.2f}x floor, "
                      f"{s / one:.2f}x a {sizes[0]}-token step")

@@ -156,7 +156,7 @@ def run_bench(args: argparse.Namespace) -> int:
             if store.get((q["question_id"], 1, "ar", 0)) is not None:
                 prompt_ids(q, turn)
     records = store.all()
-    info = {"model": model.name, "backend": model.backend, "dtype": args.dtype,
+    info = {"model": model.name, "backend": model.backend, "dtype": model.weights,
             "temperature": args.temperature, "limit": args.limit, "repeats": args.repeats,
             "max_new_tokens": args.max_new_tokens,
             "methods": {label: _describe(label, labels, decoders, args)
@@ -174,7 +174,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if summary:
         from .plots import write_plots
 
-        title = f"{model.name} ({args.dtype}), {info['machine']['cpu']}"
+        title = f"{model.name} ({model.weights}), {info['machine']['cpu']}"
         written += write_plots(summary, {lbl: k for lbl, (_, k) in labels.items() if k}, out, title)
     print("wrote " + ", ".join(str(p) for p in written))
     return 0

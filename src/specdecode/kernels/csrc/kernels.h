@@ -25,6 +25,12 @@ int linear_f32(const float *x, const float *w, float *y, int64_t T, int64_t I, i
                int threads);
 int linear_bf16(const float *x, const uint16_t *w, float *y, int64_t T, int64_t I, int64_t O,
                 int threads);
+/* The same for weights in the block formats Q8 and Q4 (linear.c, kernels/quant.py); I a
+ * multiple of 32. */
+int linear_q8(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,
+              int threads);
+int linear_q4(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,
+              int threads);
 
 /* Rotary embedding, KV-cache write and softmax attention of one layer for T new rows.
  * qkv: [T, (H + 2 G) d], q and k rotated in place; keys, values: [G, capacity, d], the new k and v

@@ -7,6 +7,8 @@
  *   VL                   fp32 lanes of a vector (the panel width of packed weights)
  *   vf                   the vector type
  *   vzero vset1 vload vstore vload_bf16
+ *   vload_f16 vload_s8       VL fp16 numbers / VL signed bytes as floats
+ *   vload_nibbles(p, high)   the low (high = 0) or high nibbles of VL bytes as floats
  *   vadd vsub vmul vdiv vmax vmin  (or VEC(op), the intrinsic's name, to take simd.h's)
  *   vfma(a, b, c)        a * b + c, lane by lane (fused where the instruction set has it)
  *   vsum(a)              the sum of the lanes, always in the same order
@@ -14,8 +16,9 @@
  *   vpow2i(n)            2^n for integral n in [-126, 127]
  *   vselect_lt(a, b, x, y)  x where a < b, else y, lane by lane
  *   ISA_NAME             "avx512", "avx2", "neon" or "generic"
- *   ROWS_PER_TILE, MAX_PANELS, PANELS_FOR(rows)
+ *   ROWS_PER_TILE, MAX_PANELS, PANELS_FOR(rows), QPANELS_FOR(rows)
  *                        the linear kernel's tile: rows of x times panels held in registers
+ *                        (QPANELS_FOR for the block formats, whose scales take registers too)
  *
  * Everything else (the exponential below, the kernels) is written once over these.
  */

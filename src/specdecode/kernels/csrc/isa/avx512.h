@@ -7,9 +7,13 @@
 #define ROWS_PER_TILE 8
 #define MAX_PANELS 4
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
+#define QPANELS_FOR(rows) ((rows) <= 4 ? 3 : 2)
 
 #define X86(op) _mm512_##op /* the intrinsics' prefix, for x86.h */
 #define HALF_LOAD(p) _mm256_loadu_si256((const __m256i *)(p)) /* VL 16-bit values */
+#define BYTE_LOAD(p) _mm_loadu_si128((const __m128i *)(p)) /* VL bytes */
+#define AND_I _mm512_and_si512
+typedef __m512i vi;
 #define CAST_PS _mm512_castsi512_ps
 typedef __m512 vf;
 #include "x86.h"

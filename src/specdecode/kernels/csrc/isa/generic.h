@@ -9,6 +9,7 @@
 #define ROWS_PER_TILE 8
 #define MAX_PANELS 2
 #define PANELS_FOR(rows) ((rows) <= 4 ? 2 : 1)
+#define QPANELS_FOR(rows) 1
 
 typedef struct { float lane[VL]; } vf;
 
@@ -24,6 +25,28 @@ static inline float bf16_to_f32(uint16_t h) { /* exact: bf16 is the upper half o
     return f;
 }
 static inline vf vload_bf16(const uint16_t *p) { LANEWISE(bf16_to_f32(p[i])); }
+/* IEEE half precision to single, exactly (normal, subnormal, zero, infinity and NaN) */
+static inline float f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 31, mantissa = h & 1023;
+    uint32_t bits;
+    if (exponent == 31) bits = sign | 0x7f800000u | mantissa << 13;
+    else if (exponent) bits = sign | (exponent + 112) << 23 | mantissa << 13;
+    else if (!mantissa) bits = sign;
+    else { /* subnormal: normalise */
+        int shift = 0;
+        uint32_t m = mantissa;
+        while (!(m & 1024)) m <<= 1, shift++;
+        bits = sign | (uint32_t)(113 - shift) << 23 | (m & 1023) << 13;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+static inline vf vload_f16(const uint16_t *p) { LANEWISE(f16_to_f32(p[i])); }
+static inline vf vload_s8(const int8_t *p) { LANEWISE((float)p[i]); }
+static inline vf vload_nibbles(const uint8_t *p, int high) {
+    LANEWISE((float)(high ? p[i] >> 4 : p[i] & 15));
+}
 static inline vf vadd(vf a, vf b) { LANEWISE(a.lane[i] + b.lane[i]); }
 static inline vf vsub(vf a, vf b) { LANEWISE(a.lane[i] - b.lane[i]); }
 static inline vf vmul(vf a, vf b) { LANEWISE(a.lane[i] * b.lane[i]); }

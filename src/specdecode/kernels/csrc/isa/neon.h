@@ -1,5 +1,6 @@
 /* AArch64 Advanced SIMD (NEON): 4 fp32 lanes, 32 vector registers. */
 #include <arm_neon.h>
+#include <string.h>
 
 #define ISA_NAME "neon"
 #define VL 4
@@ -7,6 +8,7 @@
 #define ROWS_PER_TILE 8
 #define MAX_PANELS 4
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
+#define QPANELS_FOR(rows) ((rows) <= 4 ? 3 : 2)
 
 #define VEC(op) v##op##q_f32 /* vadd, vsub, .. in simd.h */
 typedef float32x4_t vf;
@@ -27,3 +29,17 @@ static inline vf vpow2i(vf n) {
     return vreinterpretq_f32_s32(vshlq_n_s32(e, 23));
 }
 static inline vf vselect_lt(vf a, vf b, vf x, vf y) { return vbslq_f32(vcltq_f32(a, b), x, y); }
+static inline vf vload_f16(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+static inline uint8x8_t load4_u8(const void *p) { /* VL = 4 bytes, in the low half */
+    uint32_t word;
+    memcpy(&word, p, sizeof word);
+    return vreinterpret_u8_u32(vdup_n_u32(word));
+}
+static inline vf vload_s8(const int8_t *p) {
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_u8(load4_u8(p))))));
+}
+static inline vf vload_nibbles(const uint8_t *p, int high) {
+    const uint8x8_t bytes = load4_u8(p);
+    const uint8x8_t q = high ? vshr_n_u8(bytes, 4) : vand_u8(bytes, vdup_n_u8(15));
+    return vcvtq_f32_u32(vmovl_u16(vget_low_u16(vmovl_u8(q))));
+}

@@ -1,0 +1,74 @@
+"""Random-weight Llama-family GGUF files: a model of any size in the formats a real file uses,
+without downloading one. The tests write tiny ones; `bench --synthetic` measures load time,
+resident memory and step time on one of a real model's size.
+
+The tokenizer is the embedded default model's (its GGUF metadata is copied), so the file loads
+like any other GGUF model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ...models.loader import EMBEDDED, gguf_file
+
+# parameters of a ~1B Llama-family model (Llama-3.2-1B's shape with SmolLM2's vocabulary)
+ONE_B = dict(layers=16, hidden=2048, heads=32, kv_heads=8, intermediate=8192)
+
+
+def write_random_gguf(path: Path, *, layers: int, hidden: int, heads: int, kv_heads: int,
+                      intermediate: int, qtype: str = "Q4_1", embed_qtype: str = "Q8_0",
+                      context: int = 2048, seed: int = 0) -> Path:
+    """A GGUF file of random weights: matrices in `qtype`, the (tied) embedding in
+    `embed_qtype`, norms F32 (quantized bytes spool to a temporary file past 256 MB)."""
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.quants import quantize
+
+    source = GGUFReader(str(gguf_file(next(iter(EMBEDDED)))))
+    writer = GGUFWriter(str(path), "llama", use_temp_file=True)
+    for name, field in source.fields.items():  # the tokenizer and its special tokens
+        if name.startswith("tokenizer."):
+            kind = field.types[0]
+            sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
+            writer.add_key_value(name, field.contents(), kind, sub)
+    vocab = len(source.fields["tokenizer.ggml.tokens"].data)
+    writer.add_block_count(layers)
+    writer.add_context_length(context)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(intermediate)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(vocab)
+    writer.add_rope_dimension_count(hidden // heads)
+    rng = np.random.default_rng(seed)
+    scale = hidden ** -0.5
+
+    def matrix(name: str, rows: int, columns: int, kind: str) -> None:
+        values = (rng.standard_normal((rows, columns), dtype=np.float32) * scale)
+        qt = GGMLQuantizationType[kind]
+        writer.add_tensor(name, quantize(values, qt), raw_dtype=qt)  # shape: bytes per row
+
+    def norm(name: str) -> None:
+        writer.add_tensor(name, (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
+
+    matrix("token_embd.weight", vocab, hidden, embed_qtype)
+    norm("output_norm.weight")
+    head_dim = hidden // heads
+    shapes = {"attn_q": (hidden, hidden), "attn_k": (kv_heads * head_dim, hidden),
+              "attn_v": (kv_heads * head_dim, hidden), "attn_output": (hidden, hidden),
+              "ffn_gate": (intermediate, hidden), "ffn_up": (intermediate, hidden),
+              "ffn_down": (hidden, intermediate)}
+    for i in range(layers):
+        norm(f"blk.{i}.attn_norm.weight")
+        norm(f"blk.{i}.ffn_norm.weight")
+        for part, (rows, columns) in shapes.items():
+            matrix(f"blk.{i}.{part}.weight", rows, columns, qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
