@@ -1,10 +1,10 @@
 """Weight matrices in GGUF's block formats, as a file stores them (often memory-mapped).
 
-A `QuantTensor` is a matrix's bytes, row by row, and the name of its format. `blocks` reads what
-the C kernels need from the formats they compute in (each block of 32 values of a row: integer
-values q and the scale d, and for Q4 an offset m, with w = d q + m); `dequantize` gives the
-numbers themselves (gguf's own reader), for the kernel paths that do not compute in a format and
-as the reference the kernel tests compare with.
+A `QuantTensor` is a matrix's bytes, row by row, and the name of its format. `decode` reads its
+integers and scales in one form for every format the C kernels compute in (`FORMATS`): each
+weight is w = D u + w0, u an unsigned integer of the format's bits, D and w0 per block of 32 (16
+for Q6_K) from the format's scale fields. `dequantize` gives the numbers themselves (gguf's own
+reader), for the paths that do not compute in a format and as the reference tests compare with.
 """
 
 from __future__ import annotations
@@ -14,9 +14,44 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-BLOCK = 32
-# GGUF formats the kernels compute in directly: their layout family and how its bytes read
-KERNEL_FORMATS = {"Q8_0": "q8", "Q4_0": "q4", "Q4_1": "q4"}
+BLOCK = 32  # values per scale of x in the kernels, and per block of the simple formats
+SUPER = 256  # values per super-block of the K formats
+
+
+@dataclass(frozen=True)
+class Format:
+    """A block format's facts: bytes per block of `values` weights, u's bits, and the scale
+    fields a block (or super-block) carries, in the order the kernels' panels keep them
+    (each [rows, blocks, count] of dtype)."""
+
+    block_bytes: int
+    values: int
+    bits: int
+    fields: tuple[tuple[str, str, int], ...]  # (name, numpy dtype, count)
+
+
+FORMATS = {
+    "Q8_0": Format(34, BLOCK, 8, (("d", "float16", 1),)),
+    "Q4_0": Format(18, BLOCK, 4, (("d", "float16", 1),)),
+    "Q4_1": Format(20, BLOCK, 4, (("d", "float16", 1), ("m", "float16", 1))),
+    "Q5_0": Format(22, BLOCK, 5, (("d", "float16", 1),)),
+    "Q5_1": Format(24, BLOCK, 5, (("d", "float16", 1), ("m", "float16", 1))),
+    "Q4_K": Format(144, SUPER, 4, (("d", "float16", 1), ("dmin", "float16", 1),
+                                   ("sc", "uint8", 8), ("mn", "uint8", 8))),
+    "Q5_K": Format(176, SUPER, 5, (("d", "float16", 1), ("dmin", "float16", 1),
+                                   ("sc", "uint8", 8), ("mn", "uint8", 8))),
+    "Q6_K": Format(210, SUPER, 6, (("d", "float16", 1), ("sc", "int8", 16))),
+}
+
+
+def panel_bytes(qtype: str, in_features: int, rows: int) -> int:
+    """Bytes of `rows` output rows (a multiple of the panel width) packed for the kernels: per
+    super-block the scale fields, then per block of 32 the integers (4 bits in 16 bytes, each
+    further bit in 4 more; 8 bits in 32)."""
+    fmt = FORMATS[qtype]
+    header = sum(np.dtype(dtype).itemsize * count for _, dtype, count in fmt.fields)
+    payload = 32 if fmt.bits == 8 else 16 + 4 * (fmt.bits - 4)
+    return rows * in_features // fmt.values * (header + fmt.values // BLOCK * payload)
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,20 +92,116 @@ class QuantTensor:
                            parts[0].in_features)
 
 
-def blocks(t: QuantTensor) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """For a format in KERNEL_FORMATS: q [O, I] (int8 for Q8_0, uint8 0..15 for Q4_*), d and m
-    [O, I / 32] float16 (m None for Q8_0), with w = d q + m exactly as gguf dequantizes."""
+@dataclass(frozen=True)
+class Decoded:
+    """A matrix of a block format, read: u [O, I] uint8 and the scale fields by name, each
+    [O, blocks, count] (blocks of the format's `values`)."""
+
+    qtype: str
+    u: np.ndarray
+    fields: dict[str, np.ndarray]
+
+    def values(self) -> np.ndarray:
+        """w = D u + w0, [O, I] fp32, computed as gguf's reader computes it."""
+        f, (O, I) = self.fields, self.u.shape
+        u = self.u.astype(np.float32).reshape(O, I // self.per_scale(), self.per_scale())
+        d = f["d"].astype(np.float32)
+        if self.qtype in ("Q4_K", "Q5_K"):
+            D = d * f["sc"].astype(np.float32)  # [O, supers, 8]
+            w0 = -(f["dmin"].astype(np.float32) * f["mn"].astype(np.float32))
+            w = D.reshape(O, -1, 1) * u + w0.reshape(O, -1, 1)
+        elif self.qtype == "Q6_K":
+            w = (d * f["sc"].astype(np.float32)).reshape(O, -1, 1) * (u - 32)
+        elif "m" in f:
+            w = d * u + f["m"].astype(np.float32)
+        else:
+            w = d * (u - OFFSETS[self.qtype])
+        return w.reshape(O, I)
+
+    def per_scale(self) -> int:
+        return 16 if self.qtype == "Q6_K" else BLOCK
+
+
+OFFSETS = {"Q8_0": 128, "Q4_0": 8, "Q5_0": 16}  # u = the stored signed value + this
+
+
+def decode(t: QuantTensor) -> Decoded:
+    """u and the scale fields of a matrix in one of FORMATS."""
+    fmt = FORMATS[t.qtype]
     O, I = t.shape
-    raw = np.asarray(t.data).reshape(O, I // BLOCK, -1)  # [O, blocks, bytes per block]
-    d = raw[..., :2].copy().view(np.float16)[..., 0]
-    if t.qtype == "Q8_0":
-        return raw[..., 2:].copy().view(np.int8).reshape(O, I), d, None
-    if t.qtype == "Q4_0":
-        m, nibbles = (d.astype(np.float32) * -8).astype(np.float16), raw[..., 2:]
-    elif t.qtype == "Q4_1":
-        m, nibbles = raw[..., 2:4].copy().view(np.float16)[..., 0], raw[..., 4:]
+    raw = np.asarray(t.data).reshape(O, I // fmt.values, fmt.block_bytes)  # [O, blocks, bytes]
+
+    def take(start: int, count: int, dtype: str = "uint8") -> np.ndarray:
+        return np.ascontiguousarray(raw[..., start : start + count]).view(dtype)
+
+    def nibbles(qs: np.ndarray) -> np.ndarray:  # [..., 16] -> values j (low) then j + 16 (high)
+        return np.concatenate([qs & 15, qs >> 4], axis=-1)
+
+    def fifth_bits(qh: np.ndarray) -> np.ndarray:  # 4 bytes, bit j for value j -> [..., 32]
+        word = qh.view("<u4")
+        return ((word >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+
+    name, fields = t.qtype, {}
+    if name == "Q8_0":
+        fields["d"] = take(0, 2, "float16")
+        u = (take(2, 32, "int8").astype(np.int16) + 128).astype(np.uint8)
+    elif name in ("Q4_0", "Q4_1", "Q5_0", "Q5_1"):
+        fields["d"] = take(0, 2, "float16")
+        at = 2
+        if name.endswith("_1"):
+            fields["m"], at = take(2, 2, "float16"), 4
+        if name.startswith("Q5"):
+            high, at = fifth_bits(take(at, 4)), at + 4
+        else:
+            high = 0
+        u = nibbles(take(at, 16)) | (high << 4)
+    elif name in ("Q4_K", "Q5_K"):
+        fields["d"], fields["dmin"] = take(0, 2, "float16"), take(2, 2, "float16")
+        fields["sc"], fields["mn"] = k_scales(take(4, 12))
+        qs = take(16 + 32 * (name == "Q5_K"), 128).reshape(O, -1, 4, 32)  # 4 chunks of 64 values
+        u = np.stack([qs & 15, qs >> 4], axis=3)  # [O, supers, chunk, low/high, 32]
+        if name == "Q5_K":  # bit s of qh[l]: the fifth bit of value l of sub-block s
+            qh = take(16, 32)[:, :, None, :] >> np.arange(8, dtype=np.uint8)[:, None]
+            u = u | ((qh & 1) << 4).reshape(u.shape)
+    else:  # Q6_K: ql[128], qh[64], sc[16], d
+        fields["d"], fields["sc"] = take(208, 2, "float16"), take(192, 16, "int8")
+        ql = take(0, 128).reshape(O, -1, 2, 1, 64) >> np.array([0, 4], np.uint8)[:, None]
+        qh = take(128, 64).reshape(O, -1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[:, None]
+        # per half of 128: low nibbles of ql[0:64], then high; bits 4, 5 from qh pair by pair
+        u = (ql & 15).reshape(O, -1, 2, 4, 32) | ((qh & 3) << 4)
+    return Decoded(name, u.reshape(O, I).astype(np.uint8), fields)
+
+
+def k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K's and Q5_K's 12 bytes of 6-bit scales and mins -> sc, mn [..., 8] uint8."""
+    s = scales.astype(np.uint8)
+    low, mid, high = s[..., 0:4], s[..., 4:8], s[..., 8:12]
+    sc = np.concatenate([low & 63, (high & 15) | ((low >> 6) << 4)], axis=-1)
+    mn = np.concatenate([mid & 63, (high >> 4) | ((mid >> 6) << 4)], axis=-1)
+    return sc, mn
+
+
+def random_blocks(qtype: str, rows: int, columns: int, rng: np.random.Generator,
+                  scale: float = 1.0) -> np.ndarray:
+    """[rows, bytes per row] of random blocks in any of FORMATS, numbers of about `scale`:
+    random integers and 6-bit scales, the fp16 scale fields set to sane values (gguf's Python
+    side quantizes only the simple formats)."""
+    fmt = FORMATS[qtype]
+    blocks = rng.integers(0, 256, (rows, columns // fmt.values, fmt.block_bytes), dtype=np.uint8)
+
+    def put(at: int, values: np.ndarray) -> None:
+        blocks[..., at : at + 2] = values.astype(np.float16)[..., None].view(np.uint8)
+
+    size = blocks.shape[:2]
+    unit = scale / 2 ** (fmt.bits - 1)
+    if qtype in ("Q4_K", "Q5_K"):  # sc, mn up to 63: d and dmin of a 63rd of the range
+        put(0, rng.uniform(0.5, 1.5, size) * unit / 32)
+        put(2, rng.uniform(0.5, 1.5, size) * scale / 63)
+    elif qtype == "Q6_K":  # sc signed bytes: keep them small and positive
+        blocks[..., 192:208] = rng.integers(1, 32, (*size, 16), dtype=np.uint8)
+        put(208, rng.uniform(0.5, 1.5, size) * unit / 16)
     else:
-        raise ValueError(f"no kernel layout for {t.qtype}")
-    # a block's byte j holds value j in its low nibble and value j + 16 in its high nibble
-    q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)  # [O, blocks, 32]
-    return q.reshape(O, I), d, m
+        put(0, rng.uniform(0.5, 1.5, size) * unit)
+        if qtype.endswith("_1"):
+            put(2, -scale * rng.uniform(0.5, 1.5, size))
+    return blocks.reshape(rows, -1)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from specdecode.kernels import build
+from specdecode.quant import panel_bytes
 
 CROSS_COMPILER, EMULATOR = "aarch64-linux-gnu-gcc", "qemu-aarch64"
 DRIVER = Path(__file__).with_name("neon_driver.c")
@@ -79,25 +80,36 @@ class EmulatedLibrary:
     def kernel_lanes(self) -> int:
         return self.lanes
 
-    def _linear(self, op: int, x, w, y, T, I, O, threads, bytes_per_weight: float) -> int:
-        weight_bytes = int(-(-O // self.lanes) * self.lanes * I * bytes_per_weight)
-        self._send(struct.pack("<i5q", op, T, I, O, threads, weight_bytes)
+    def _linear(self, op: int, x, w, y, T, I, O, threads, weight_bytes: int,
+                format: int = -1) -> int:
+        self._send(struct.pack("<i6q", op, T, I, O, threads, weight_bytes, format)
                    + _read(x, T * I, np.float32) + ctypes.string_at(w, weight_bytes))
         status = self._status()
         self._answer(y, T * O)
         return status
 
+    def _panels(self, O: int) -> int:
+        return -(-O // self.lanes) * self.lanes
+
     def linear_f32(self, x, w, y, T, I, O, threads) -> int:
-        return self._linear(1, x, w, y, T, I, O, threads, 4)
+        return self._linear(1, x, w, y, T, I, O, threads, self._panels(O) * I * 4)
 
     def linear_bf16(self, x, w, y, T, I, O, threads) -> int:
-        return self._linear(2, x, w, y, T, I, O, threads, 2)
+        return self._linear(2, x, w, y, T, I, O, threads, self._panels(O) * I * 2)
 
-    def linear_q8(self, x, w, y, T, I, O, threads) -> int:  # per 32 weights: a scale, 32 bytes
-        return self._linear(6, x, w, y, T, I, O, threads, (2 + 32) / 32)
+    def linear_f16(self, x, w, y, T, I, O, threads) -> int:
+        return self._linear(6, x, w, y, T, I, O, threads, self._panels(O) * I * 2)
 
-    def linear_q4(self, x, w, y, T, I, O, threads) -> int:  # scale, offset, 16 bytes
-        return self._linear(7, x, w, y, T, I, O, threads, (2 + 2 + 16) / 32)
+    def linear_quant(self, x, w, y, T, I, O, format, threads) -> int:
+        return self._linear(7, x, w, y, T, I, O, threads,
+                            panel_bytes(self.kernel_format(format).decode(), I, self._panels(O)),
+                            format)
+
+    def kernel_format(self, format: int) -> bytes | None:
+        self._send(struct.pack("<iq", 8, format))
+        status = self._status()
+        name = self._receive(16).rstrip(b"\0")
+        return name if status == 0 else None
 
     def attention(self, qkv, keys, values, cos, sin, positions, mask, out, T, start, H, G, d,
                   capacity, threads) -> int:

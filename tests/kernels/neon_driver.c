@@ -3,7 +3,7 @@
  * `EmulatedLibrary` (emulated.py) speaks the other side; every number is little-endian.
  *
  * A call: int32 operation, then its int64 sizes (and float eps for rms_norm; for the linear
- * layers the weight's size in bytes), then its input
+ * layers the weight's size in bytes and the block format), then its input
  * arrays in argument order. The answer: int32 status, then the output arrays (for attention also
  * qkv, keys and values, which the kernel changes in place). */
 #include <stdio.h>
@@ -43,18 +43,26 @@ int main(void) {
             put(&lanes, sizeof lanes);
             put(names, sizeof names);
         } else if (op == 1 || op == 2 || op == 6 || op == 7) {
-            /* linear_f32, _bf16, _q8, _q4: T I O threads bytes-of-w; x w -> y */
+            /* linear_f32, _bf16, _f16, _quant: T I O threads bytes-of-w format; x w -> y */
             int64_t T = size(), I = size(), O = size(), threads = size(), w_bytes = size();
+            int64_t format = size();
             float *x = read_array(sizeof(float) * T * I);
             void *w = read_array(w_bytes);
             float *y = calloc(T * O + 1, sizeof(float));
             status = op == 1 ? linear_f32(x, w, y, T, I, O, threads)
                    : op == 2 ? linear_bf16(x, w, y, T, I, O, threads)
-                   : op == 6 ? linear_q8(x, w, y, T, I, O, threads)
-                             : linear_q4(x, w, y, T, I, O, threads);
+                   : op == 6 ? linear_f16(x, w, y, T, I, O, threads)
+                             : linear_quant(x, w, y, T, I, O, (int)format, threads);
             put(&status, sizeof status);
             put(y, sizeof(float) * T * O);
             free(x), free(w), free(y);
+        } else if (op == 8) { /* kernel_format: format -> status, the name in 16 bytes */
+            char name[16] = {0};
+            const char *found = kernel_format((int)size());
+            if (found) strncpy(name, found, 15);
+            status = found ? 0 : 1;
+            put(&status, sizeof status);
+            put(name, sizeof name);
         } else if (op == 3) { /* attention: T start H G d capacity threads rope_rows has_mask;
                                  qkv keys values cos sin positions [mask] -> out qkv keys values */
             int64_t T = size(), start = size(), H = size(), G = size(), d = size();

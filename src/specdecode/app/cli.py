@@ -106,8 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--resume", action="store_true",
                    help="continue the run recorded in --out: nothing already measured is rerun")
     b.add_argument("--floor", action="store_true",
-                   help="instead of the table: measure memory bandwidth, the per-step floor it "
-                        "implies, and the target's step time over 1, 4, 8 and 16 new tokens")
+                   help="instead of the table: the target's weight bytes, its bandwidth floor "
+                        "(measured memory bandwidth) and arithmetic floor (the kernels' measured "
+                        "peak), its load time and resident memory, and its step time over 1, 4, "
+                        "8 and 16 new tokens between them")
+    b.add_argument("--synthetic-1b", metavar="PATH",
+                   help="use a random-weight ~1B Llama-family GGUF in llama.cpp's Q4_K_M mix "
+                        "as the model, written to PATH first if it is not there (~0.8 GB, a "
+                        "few minutes): memory and speed at a real model's size")
     b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy)")
 
     t = sub.add_parser("tune", help="measure drafting settings and save the fastest as defaults",

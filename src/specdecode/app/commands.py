@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from ..core.engine import collect
@@ -100,12 +101,30 @@ def format_stats(rows: list[tuple[str, RunStats]]) -> str:
     return "\n".join(lines)
 
 
-def bench(args: argparse.Namespace) -> int:
-    if args.floor:
-        from .bench.floor import floor_report
+def _synthetic_1b(path: Path) -> Path:
+    """The random-weight ~1B Q4_K_M-mix GGUF at `path`, written first if it is not there."""
+    if not path.exists():
+        from .bench.synthetic import ONE_B, write_random_gguf
 
+        print(f"writing a random-weight ~1B Q4_K_M-mix model to {path} ...", file=sys.stderr)
+        partial = path.with_name(path.name + ".partial")  # renamed when whole
+        write_random_gguf(partial, **ONE_B, qtype="Q4_K_M")
+        partial.rename(path)
+    return path
+
+
+def bench(args: argparse.Namespace) -> int:
+    if args.synthetic_1b:
+        args.model = str(_synthetic_1b(Path(args.synthetic_1b)))
+    if args.floor:
+        from .bench.floor import floor_report, resident_mb
+
+        started = time.perf_counter()
         model = load(args)
+        loaded = time.perf_counter() - started
         print(f"{model.name} ({model.backend}, {model.weights}, {model.kernels})")
+        print(f"loaded in {loaded:.1f} s; resident memory {resident_mb():.0f} MB with "
+              f"{model.target.weight_bytes() / 1e6:.0f} MB of packed weights")
         print(floor_report(model))
         return 0
     from .bench.run import run_bench

@@ -1,16 +1,19 @@
 """The kernels of a decoder step, one algorithm on several instruction sets.
 
-Paths, best first: `avx512` (x86 with AVX-512F), `avx2` (x86 with AVX2 and FMA), `neon` (64-bit
-ARM), `generic` (portable C, any CPU with a C compiler), and `torch` (no C compiler: torch
-operations). The C paths are one set of width-generic sources (`csrc/linear.c`, `attention.c`,
-`pointwise.c`) over `csrc/simd.h`, which has one small implementation per instruction set in
+Paths, best first: `avx512vnni` (x86 with AVX-512 F, BW and VNNI), `avx512` (AVX-512 F and BW),
+`avx2` (x86 with AVX2 and FMA), `neon` (64-bit ARM), `generic` (portable C, any CPU with a C
+compiler), and `torch` (no C compiler: torch operations). The C paths are one set of
+width-generic sources (`csrc/linear.c`, `qlinear.c`, `attention.c`, `pointwise.c`) over
+`csrc/simd.h`, which has one small implementation per instruction set in
 `csrc/isa/`; `csrc/kernels.h` declares what they export. Each is compiled on first use with the
 system C compiler (`build.py`) and cached.
 
 Operations (the `Kernels` interface):
-- `linear`: y = x @ w.T for any number of rows, weights fp32 or bf16 (widened to fp32 in
-  registers), packed once by `pack` into panels of one vector's width of output rows: each weight
-  is read once per step for up to 8 rows, with no horizontal sums;
+- `linear`: y = x @ w.T for any number of rows, packed once by `pack` into panels of one
+  vector's width of output rows, so each weight is read once per step for a tile of rows, with no
+  horizontal sums: weights fp32, bf16 or fp16 widened to fp32 in registers (`linear.c`), or in
+  one of GGUF's block formats in integer dot products with x rounded to 8 bits per block of 32
+  (`qlinear.c`);
 - `attention`: rotary embedding, KV-cache write and softmax attention of one layer, causal or
   under a tree mask;
 - `rms_norm`, `silu_mul`: the element-wise parts of a layer.
@@ -21,7 +24,7 @@ token's logits are the same in plain decoding and in a verification step, and sp
 output equals plain greedy output on every CPU. Paths differ from each other in the last bits
 (the vector width orders the sums); each is exact with itself.
 
-`SPECDECODE_ISA=avx512|avx2|neon|generic|torch` forces a path; otherwise the best one the machine
+`SPECDECODE_ISA=avx512vnni|avx512|avx2|neon|generic|torch` forces a path; otherwise the best one the machine
 runs is used (asking the compiler, see `build.py`), and torch when nothing compiles.
 """
 
@@ -52,7 +55,7 @@ class KernelUnavailable(SpecDecodeError):
 
 
 class Kernels(Protocol):
-    name: str  # the path: avx512, avx2, neon, generic or torch
+    name: str  # the path: avx512vnni, avx512, avx2, neon, generic or torch
     threading: str  # how rows are spread over threads: OpenMP, pthreads or torch
 
     def fits(self, head_dim: int, widths: tuple[int, ...]) -> bool:

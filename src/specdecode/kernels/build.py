@@ -25,17 +25,20 @@ from ..storage import cache_dir
 
 SOURCES = Path(__file__).parent / "csrc"
 HEADER = SOURCES / "kernels.h"
-C_PATHS = ("avx512", "avx2", "neon", "generic")  # in order of preference
+C_PATHS = ("avx512vnni", "avx512", "avx2", "neon", "generic")  # in order of preference
 # the path's instruction set and nothing else of the host's
 FLAGS = {
-    "avx512": ["-DSPECDECODE_AVX512", "-mavx512f", "-mavx2", "-mfma"],
+    "avx512vnni": ["-DSPECDECODE_AVX512", "-DSPECDECODE_VNNI", "-mavx512f", "-mavx512bw",
+                   "-mavx512vnni", "-mavx2", "-mfma", "-mf16c"],
+    "avx512": ["-DSPECDECODE_AVX512", "-mavx512f", "-mavx512bw", "-mavx2", "-mfma", "-mf16c"],
     "avx2": ["-DSPECDECODE_AVX2", "-mavx2", "-mfma", "-mf16c"],
     "neon": ["-DSPECDECODE_NEON"],
     "generic": [],
 }
 # macros the compiler predefines for the host CPU when it runs the path
 REQUIRES = {
-    "avx512": ("__AVX512F__",),
+    "avx512vnni": ("__AVX512F__", "__AVX512BW__", "__AVX512VNNI__"),
+    "avx512": ("__AVX512F__", "__AVX512BW__"),
     "avx2": ("__AVX2__", "__FMA__", "__F16C__"),
     "neon": ("__aarch64__", "__ARM_NEON"),
     "generic": (),

@@ -7,41 +7,57 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..quant import BLOCK, KERNEL_FORMATS, QuantTensor, blocks
+from ..quant import BLOCK, FORMATS, QuantTensor, decode
 from .torch_path import ROW_INVARIANT_ROWS, long_attention
 
-_LINEAR = {torch.float32: "linear_f32", torch.bfloat16: "linear_bf16"}
+_LINEAR = {torch.float32: "linear_f32", torch.bfloat16: "linear_bf16",
+           torch.float16: "linear_f16"}
 
 
 @dataclass(frozen=True, eq=False)
 class BlockPanels:
-    """A weight in one of the kernels' block layouts (`csrc/linear.c`): "q8" or "q4"."""
+    """A weight in GGUF block format number `format` of the library, packed as `csrc/qlinear.c`
+    lays it out."""
 
-    layout: str
-    data: torch.Tensor  # uint8: the panels' blocks, one after the other
+    format: int
+    data: torch.Tensor  # uint8: the panels' super-blocks, one after the other
     in_features: int
 
 
-def pack_blocks(t: QuantTensor, lanes: int) -> BlockPanels:
-    """A GGUF matrix in a format of KERNEL_FORMATS -> its panels of `lanes` output rows."""
-    layout = KERNEL_FORMATS[t.qtype]
-    q, d, m = blocks(t)
-    O, I = q.shape
-    P, nb = -(-O // lanes), I // BLOCK
-    rows = ((0, P * lanes - O), (0, 0))
-    q = np.pad(q, rows).reshape(P, lanes, nb, BLOCK).transpose(0, 2, 3, 1)  # [P, nb, 32, lanes]
+def pack_blocks(t: QuantTensor, lanes: int) -> np.ndarray:
+    """A matrix in one of quant.FORMATS -> the bytes of its panels of `lanes` output rows
+    (`csrc/qlinear.c`): per panel and super-block, the lanes' scale fields, then per block of 32
+    the integers u in groups of 4 consecutive k per lane."""
+    fmt, decoded = FORMATS[t.qtype], decode(t)
+    O, I = t.shape
+    P, supers, per_super = -(-O // lanes), I // fmt.values, fmt.values // BLOCK
 
-    def per_block(scales: np.ndarray) -> np.ndarray:  # [O, nb] fp16 -> [P, nb, 2 lanes] bytes
-        scales = np.pad(scales, rows).reshape(P, lanes, nb).transpose(0, 2, 1)
-        return np.ascontiguousarray(scales).view(np.uint8)
+    def panels(a: np.ndarray) -> np.ndarray:  # [O, ...] -> [P, lanes, ...], the rows past O zero
+        a = np.pad(a, [(0, P * lanes - O)] + [(0, 0)] * (a.ndim - 1))
+        return a.reshape(P, lanes, *a.shape[1:])
 
-    if layout == "q8":
-        parts = [per_block(d), np.ascontiguousarray(q).view(np.uint8).reshape(P, nb, -1)]
-    else:  # a byte holds value 2j in its low and 2j + 1 in its high nibble, for each lane
-        pairs = q[:, :, 0::2] | (q[:, :, 1::2] << 4)  # [P, nb, 16, lanes]
-        parts = [per_block(d), per_block(m), np.ascontiguousarray(pairs).reshape(P, nb, -1)]
-    packed = np.ascontiguousarray(np.concatenate(parts, axis=-1)).reshape(-1)
-    return BlockPanels(layout, torch.from_numpy(packed), I)
+    header = []
+    for name, _, count in fmt.fields:  # each field: count vectors of the lanes' values
+        field = panels(decoded.fields[name].reshape(O, supers, count))  # [P, lanes, S, count]
+        header.append(np.ascontiguousarray(field.transpose(0, 2, 3, 1)).view(np.uint8)
+                      .reshape(P, supers, -1))
+    u = panels(decoded.u.reshape(O, supers, per_super, 2, 4, 4))  # k = 16 half + 4 g + j
+    u = u.transpose(0, 2, 3, 4, 5, 1, 6)  # [P, S, block, half, g, lanes, j]
+    lo, hi = u[:, :, :, 0], u[:, :, :, 1]  # [P, S, block, g, lanes, j]
+    shifts = np.arange(4, dtype=np.uint8)[:, None, None]  # by g
+    if fmt.bits == 8:  # vector 2 g + half: whole bytes
+        vectors = [u.transpose(0, 1, 2, 4, 3, 5, 6)]
+    else:
+        vectors = [(lo & 15) | ((hi & 15) << 4)]
+        if fmt.bits == 5:  # byte j: the fifth bits of lo at bit g, of hi at bit 4 + g
+            fifth = (((lo >> 4) & 1) << shifts) | (((hi >> 4) & 1) << (shifts + 4))
+            vectors.append(np.bitwise_or.reduce(fifth, axis=3))
+        elif fmt.bits == 6:  # bits 4, 5 of lo, then of hi, at bits 2 g, 2 g + 1
+            vectors += [np.bitwise_or.reduce(((half >> 4) & 3) << (2 * shifts), axis=3)
+                        for half in (lo, hi)]
+    payload = [v.reshape(P, supers, per_super, -1) for v in vectors]
+    payload = np.concatenate(payload, axis=-1).reshape(P, supers, -1)
+    return np.ascontiguousarray(np.concatenate([*header, payload], axis=-1)).reshape(-1)
 
 
 class CKernels:
@@ -54,19 +70,26 @@ class CKernels:
         self.name: str = library.kernel_isa().decode()
         self.threading: str = library.kernel_threading().decode()
         self.lanes: int = library.kernel_lanes()
+        self.formats: dict[str, int] = {}  # GGUF block formats the library computes in
+        while (name := library.kernel_format(len(self.formats))) is not None:
+            self.formats[name.decode()] = len(self.formats)
 
     def fits(self, head_dim: int, widths: tuple[int, ...]) -> bool:
         """True when a model with these head and row widths runs on this path (multiples of 16)."""
         return head_dim % 16 == 0 and all(w % 16 == 0 for w in widths)
 
     def pack(self, w: torch.Tensor | QuantTensor) -> torch.Tensor | BlockPanels:
-        """w: [O, I] fp32 or bf16 -> panels [ceil(O / lanes), I, lanes] (panel p, column k holds
+        """w: [O, I] fp32, bf16 or fp16 -> panels [ceil(O / lanes), I, lanes] (panel p, column k holds
         w[lanes p .. lanes p + lanes - 1, k]), the rows past O zero: the layout `linear` reads.
-        A GGUF matrix in a format the kernels compute in -> `BlockPanels`; in another format, its
-        numbers in fp32."""
+        A GGUF matrix in a block format the kernels compute in -> `BlockPanels`; F16 -> fp16
+        panels; another format -> its numbers in fp32."""
         if isinstance(w, QuantTensor):
-            return (pack_blocks(w, self.lanes) if w.qtype in KERNEL_FORMATS
-                    else self.pack(w.dequantize()))
+            if w.qtype in self.formats:
+                packed = torch.from_numpy(pack_blocks(w, self.lanes))
+                return BlockPanels(self.formats[w.qtype], packed, w.in_features)
+            if w.qtype == "F16":  # the kernels widen fp16 in registers, exactly
+                return self.pack(torch.from_numpy(np.asarray(w.data).view(np.float16)))
+            return self.pack(w.dequantize())
         assert w.dtype in _LINEAR, w.dtype
         O, I = w.shape
         padded = w.new_zeros(-(-O // self.lanes) * self.lanes, I)
@@ -79,7 +102,7 @@ class CKernels:
         T, I = x.shape
         if isinstance(panels, BlockPanels):
             assert panels.in_features == I, (x.shape, panels.in_features)
-            function, data = f"linear_{panels.layout}", panels.data
+            function, data = "linear_quant", panels.data
         else:
             assert panels.shape[1:] == (I, self.lanes), (x.shape, panels.shape)
             function, data = _LINEAR[panels.dtype], panels
@@ -87,8 +110,9 @@ class CKernels:
         x = x.contiguous()
         y = torch.empty(T, out_features, dtype=torch.float32)
         if T:
+            quant = (panels.format,) if isinstance(panels, BlockPanels) else ()
             status = getattr(self._library, function)(
-                x.data_ptr(), data.data_ptr(), y.data_ptr(), T, I, out_features,
+                x.data_ptr(), data.data_ptr(), y.data_ptr(), T, I, out_features, *quant,
                 torch.get_num_threads())
             assert status == 0, status
         return y

@@ -110,9 +110,9 @@ class NativeLlama:
                        for i in range(self.num_layers)]
         self._inv_freq, self._rope_scale = frequencies(config)
         self._rope_cache(1024)
-        formats = {str(linear.dtype).removeprefix("torch.") for layer in self.layers
-                   for linear in (layer.qkv, layer.out, layer.gate_up, layer.down)}
-        self.weights = "+".join(sorted(formats | {str(self._lm_head.dtype).removeprefix("torch.")}))
+        formats = {str(kind).removeprefix("torch.") for linear in self.linears()
+                   for kind, _ in linear.parts()}
+        self.weights = "+".join(sorted(formats))
 
     def _layer(self, weights, prefix: str, get, optional) -> _Layer:
         """Layer `prefix` (`model.layers.{i}.`) with q/k/v and gate/up fused: four products."""
@@ -145,10 +145,13 @@ class NativeLlama:
     def describe(self) -> str:
         return kernel_paths.describe(self.kernels)
 
+    def linears(self) -> list[Linear]:
+        """Every matrix a step multiplies with: the layers' four and the output head."""
+        return [linear for layer in self.layers
+                for linear in (layer.qkv, layer.out, layer.gate_up, layer.down)] + [self._lm_head]
+
     def weight_bytes(self) -> int:
-        linears = [self._lm_head] + [linear for layer in self.layers for linear in
-                                     (layer.qkv, layer.out, layer.gate_up, layer.down)]
-        return sum(linear.nbytes for linear in linears)
+        return sum(linear.nbytes for linear in self.linears())
 
     def new_cache(self) -> StaticKVCache:
         return StaticKVCache(self.num_layers, self.num_kv_heads, self.head_dim, 1024,
@@ -262,11 +265,11 @@ def layer_shape(config) -> dict:
     }
 
 
-def fuse(parts: list) -> torch.Tensor | QuantTensor:
-    """Matrices of one input width stacked by rows (q, k, v; gate, up): in their block format when
-    they share one, else as fp32 numbers."""
-    if all(isinstance(p, torch.Tensor) for p in parts):
+def fuse(parts: list) -> torch.Tensor | QuantTensor | list:
+    """Matrices of one input width stacked by rows (q, k, v; gate, up): one matrix when they
+    share a type, else the list, each part computed in its own format (`Linear`)."""
+    if all(isinstance(p, torch.Tensor) for p in parts) and len({p.dtype for p in parts}) == 1:
         return torch.cat(parts)
     if all(isinstance(p, QuantTensor) for p in parts) and len({p.qtype for p in parts}) == 1:
         return QuantTensor.concat(parts)
-    return torch.cat([p.dequantize() if isinstance(p, QuantTensor) else p.float() for p in parts])
+    return parts

@@ -1,15 +1,29 @@
-"""`bench --floor`: bandwidth, floor per step and step times, as printed lines."""
+"""`bench --floor`: weight bytes, the bandwidth and arithmetic floors and step times, as printed
+lines; the arithmetic floor's peak rate is measured on the model's own formats."""
 
 import re
 
+import torch
+
+from specdecode.app.bench.floor import peak_macs
 from specdecode.app.cli import main
+from specdecode.kernels.torch_path import TorchKernels
 
 
-def test_floor_prints_the_kernel_path_bandwidth_floor_and_step_ratios(capsys, tiny_real_vocab_model):
+def test_floor_prints_both_floors_and_where_each_step_stands(capsys, tiny_real_vocab_model):
     assert main(["bench", "--floor", "--model", str(tiny_real_vocab_model)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"\((native, float32, )?\w+ kernels \(", out.splitlines()[0])
-    assert re.search(r"bandwidth [\d.]+ GB/s .* -> floor [\d.]+ ms/step", out)
-    steps = re.findall(r"step over +(\d+) new tokens: +[\d.]+ ms = [\d.]+x floor, ([\d.]+)x", out)
-    assert [int(n) for n, _ in steps] == [1, 4, 8, 16]
+    assert re.search(r"bandwidth floor: [\d.]+ GB/s .* weights [\d.]+ MB -> [\d.]+ ms/step", out)
+    steps = re.findall(r"step over +(\d+) new tokens: +[\d.]+ ms = ([\d.]+)x a 1-token step; "
+                       r"arithmetic floor ([\d.]+) ms \(peak GMAC/s: float32 \d+\); "
+                       r"[\d.]+x the larger floor \((bandwidth|arithmetic)\)", out)
+    assert [int(n) for n, *_ in steps] == [1, 4, 8, 16]
     assert float(steps[0][1]) == 1.0
+    arithmetic = [float(a) for _, _, a, _ in steps]
+    assert arithmetic[-1] > arithmetic[0]  # 16 rows: 16 times the multiply-adds
+
+
+def test_peak_rate_is_positive_for_a_block_format_and_for_fp32():
+    for dtype in ("Q4_K", torch.float32):
+        assert peak_macs(TorchKernels(), dtype, rows=2, repeats=2) > 0

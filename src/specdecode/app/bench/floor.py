@@ -1,18 +1,26 @@
-"""`specdecode bench --floor`: how close one decoding step is to the memory-bandwidth floor.
+"""`specdecode bench --floor`: where a decoding step stands between its two floors.
 
-A decoding step must read every weight once, so weight bytes / bandwidth is the fastest a step can
-be; speculation then multiplies tokens per step.
+A step must read every weight once, so weight bytes / bandwidth is the fastest it can be (the
+bandwidth floor); and it must do every multiplication, so multiply-adds / the kernels' own peak
+rate is another (the arithmetic floor). The peak is measured, not taken from a data sheet: the
+same kernel, the same format and the same number of rows, on a matrix small enough to stay in the
+cache, where no memory traffic slows it. A step over n tokens costs n times the arithmetic of a
+one-token step and the same weight bytes: speculation pays while the bandwidth floor is the larger.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from ...models import LoadedModel
 from ...models.target import forward
+from ...quant import QuantTensor, panel_bytes, random_blocks
 
 
 def _median_seconds(fn, repeats: int) -> float:
@@ -61,15 +69,62 @@ def step_seconds(model: LoadedModel, sizes: tuple[int, ...], context: int = 256,
     return {n: statistics.median(t) for n, t in times.items()}
 
 
+def resident_mb() -> float:
+    """This process's resident memory now (Linux: VmRSS; elsewhere its peak so far), in MB."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        pass
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6
+
+
+def peak_macs(kernels, dtype, rows: int, repeats: int = 15, nbytes: int = 1 << 20) -> float:
+    """Multiply-adds per second of `kernels.linear` for weights of `dtype` (a torch dtype or a
+    GGUF format) and `rows` rows of x, on a matrix of about `nbytes` (in the caches, and large
+    enough that a call's fixed cost does not count)."""
+    I = 2048
+    if isinstance(dtype, str):
+        O = max(64, nbytes // panel_bytes(dtype, I, 1) // 64 * 64)
+        weight = QuantTensor(dtype, random_blocks(dtype, O, I, np.random.default_rng(0)), I)
+    else:
+        O = max(64, nbytes // (I * torch.finfo(dtype).bits // 8) // 64 * 64)
+        weight = torch.randn(O, I).to(dtype)
+    panels, x = kernels.pack(weight), torch.randn(rows, I)
+    seconds = _median_seconds(lambda: kernels.linear(x, panels, O), repeats)
+    return O * I * rows / seconds
+
+
+def arithmetic_seconds(model: LoadedModel, rows: int) -> tuple[float, dict[str, float]]:
+    """The arithmetic floor of a step over `rows` tokens, and the peak rate of each format."""
+    parts = [(kind, out * linear.in_features) for linear in model.target.linears()
+             for kind, out in linear.parts()]  # (format, weights)
+    rates = {str(kind): peak_macs(model.target.kernels, kind, rows) for kind, _ in parts}
+    seconds = sum(weights * rows / rates[str(kind)] for kind, weights in parts)
+    return seconds, rates
+
+
 def floor_report(model: LoadedModel, sizes=(1, 4, 8, 16)) -> str:
+    """The step's weight bytes, its bandwidth and arithmetic floors, and measured steps between
+    them."""
     bandwidth = measure_bandwidth()
     nbytes = model.target.weight_bytes()
     floor = nbytes / bandwidth
     seconds = step_seconds(model, sizes)
     one = seconds[sizes[0]]
-    lines = [f"floor: bandwidth {bandwidth / 1e9:.1f} GB/s (streaming read), {model.weights} "
-             f"weights {nbytes / 1e6:.0f} MB -> floor {floor * 1e3:.1f} ms/step"]
+    lines = [f"bandwidth floor: {bandwidth / 1e9:.1f} GB/s (streaming read), {model.weights} "
+             f"weights {nbytes / 1e6:.0f} MB -> {floor * 1e3:.2f} ms/step"]
     for n, s in seconds.items():
-        lines.append(f"  step over {n:>2} new tokens: {s * 1e3:6.1f} ms = {s / floor:.2f}x floor, "
-                     f"{s / one:.2f}x a {sizes[0]}-token step")
+        arithmetic, rates = arithmetic_seconds(model, n)
+        peaks = ", ".join(f"{name.removeprefix('torch.')} {rate / 1e9:.0f}"
+                          for name, rate in sorted(rates.items()))
+        larger = max(floor, arithmetic)
+        lines.append(f"  step over {n:>2} new tokens: {s * 1e3:6.2f} ms = {s / one:.2f}x a "
+                     f"{sizes[0]}-token step; arithmetic floor {arithmetic * 1e3:.2f} ms "
+                     f"(peak GMAC/s: {peaks}); {s / larger:.2f}x the larger floor "
+                     f"({'bandwidth' if floor >= arithmetic else 'arithmetic'})")
     return "\n".join(lines)

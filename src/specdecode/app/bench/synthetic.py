@@ -13,16 +13,28 @@ from pathlib import Path
 import numpy as np
 
 from ...models.loader import EMBEDDED, gguf_file
+from ...quant import random_blocks
 
 # parameters of a ~1B Llama-family model (Llama-3.2-1B's shape with SmolLM2's vocabulary)
 ONE_B = dict(layers=16, hidden=2048, heads=32, kv_heads=8, intermediate=8192)
+
+
+def q4_k_m(part: str, layer: int, layers: int) -> str:
+    """The format llama.cpp's Q4_K_M mix gives a matrix: Q6_K for the (tied) embedding, and for
+    attn_v and ffn_down in the first and last eighth of the layers and every third between;
+    Q4_K for the rest."""
+    more_bits = (layer < layers // 8 or layer >= 7 * layers // 8
+                 or (layer - layers // 8) % 3 == 2)
+    return "Q6_K" if part == "token_embd" or (part in ("attn_v", "ffn_down") and more_bits) \
+        else "Q4_K"
 
 
 def write_random_gguf(path: Path, *, layers: int, hidden: int, heads: int, kv_heads: int,
                       intermediate: int, qtype: str = "Q4_1", embed_qtype: str = "Q8_0",
                       context: int = 2048, seed: int = 0) -> Path:
     """A GGUF file of random weights: matrices in `qtype`, the (tied) embedding in
-    `embed_qtype`, norms F32 (quantized bytes spool to a temporary file past 256 MB)."""
+    `embed_qtype`, norms F32 (quantized bytes spool to a temporary file past 256 MB).
+    qtype "Q4_K_M" is llama.cpp's mix of Q4_K and Q6_K (`q4_k_m`; embed_qtype is then ignored)."""
     from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
     from gguf.quants import quantize
 
@@ -48,14 +60,22 @@ def write_random_gguf(path: Path, *, layers: int, hidden: int, heads: int, kv_he
     scale = hidden ** -0.5
 
     def matrix(name: str, rows: int, columns: int, kind: str) -> None:
-        values = (rng.standard_normal((rows, columns), dtype=np.float32) * scale)
         qt = GGMLQuantizationType[kind]
-        writer.add_tensor(name, quantize(values, qt), raw_dtype=qt)  # shape: bytes per row
+        if kind.endswith("_K"):  # gguf's Python side does not quantize these: random blocks
+            data = random_blocks(kind, rows, columns, rng, scale)
+        else:
+            data = quantize(rng.standard_normal((rows, columns), dtype=np.float32) * scale, qt)
+        writer.add_tensor(name, data, raw_dtype=qt)  # shape: bytes per row
+
+    def kind(part: str, layer: int = 0) -> str:
+        if qtype == "Q4_K_M":
+            return q4_k_m(part, layer, layers)
+        return embed_qtype if part == "token_embd" else qtype
 
     def norm(name: str) -> None:
         writer.add_tensor(name, (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
 
-    matrix("token_embd.weight", vocab, hidden, embed_qtype)
+    matrix("token_embd.weight", vocab, hidden, kind("token_embd"))
     norm("output_norm.weight")
     head_dim = hidden // heads
     shapes = {"attn_q": (hidden, hidden), "attn_k": (kv_heads * head_dim, hidden),
@@ -66,7 +86,7 @@ def write_random_gguf(path: Path, *, layers: int, hidden: int, heads: int, kv_he
         norm(f"blk.{i}.attn_norm.weight")
         norm(f"blk.{i}.ffn_norm.weight")
         for part, (rows, columns) in shapes.items():
-            matrix(f"blk.{i}.{part}.weight", rows, columns, qtype)
+            matrix(f"blk.{i}.{part}.weight", rows, columns, kind(part, i))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -20,17 +20,20 @@ const char *kernel_threading(void);
 int kernel_lanes(void);
 
 /* y = x @ w.T. x: [T, I] fp32; y: [T, O] fp32; w packed in panels of `kernel_lanes()` output
- * rows, [ceil(O / lanes)][I][lanes], the rows past O zero; fp32 or bf16 (widened to fp32). */
+ * rows, [ceil(O / lanes)][I][lanes], the rows past O zero; fp32, bf16 or fp16 (widened to fp32). */
 int linear_f32(const float *x, const float *w, float *y, int64_t T, int64_t I, int64_t O,
                int threads);
 int linear_bf16(const float *x, const uint16_t *w, float *y, int64_t T, int64_t I, int64_t O,
                 int threads);
-/* The same for weights in the block formats Q8 and Q4 (linear.c, kernels/quant.py); I a
- * multiple of 32. */
-int linear_q8(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,
-              int threads);
-int linear_q4(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,
-              int threads);
+int linear_f16(const float *x, const uint16_t *w, float *y, int64_t T, int64_t I, int64_t O,
+               int threads);
+/* The same for w in one of GGUF's block formats, packed as qlinear.c describes, in integer dot
+ * products with x rounded to 8 bits per block of 32 (each row alone); I a multiple of the
+ * format's block (32, or 256 for the K formats). */
+int linear_quant(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,
+                 int format, int threads);
+/* The GGUF name of block format number `format` ("Q4_K", ..), NULL past the last. */
+const char *kernel_format(int format);
 
 /* Rotary embedding, KV-cache write and softmax attention of one layer for T new rows.
  * qkv: [T, (H + 2 G) d], q and k rotated in place; keys, values: [G, capacity, d], the new k and v

@@ -7,18 +7,30 @@
  *   VL                   fp32 lanes of a vector (the panel width of packed weights)
  *   vf                   the vector type
  *   vzero vset1 vload vstore vload_bf16
- *   vload_f16 vload_s8       VL fp16 numbers / VL signed bytes as floats
- *   vload_nibbles(p, high)   the low (high = 0) or high nibbles of VL bytes as floats
+ *   vload_f16 vload_s8 vload_u8   VL fp16 numbers / signed / unsigned bytes as floats
  *   vadd vsub vmul vdiv vmax vmin  (or VEC(op), the intrinsic's name, to take simd.h's)
  *   vfma(a, b, c)        a * b + c, lane by lane (fused where the instruction set has it)
  *   vsum(a)              the sum of the lanes, always in the same order
  *   vround(a)            round to the nearest integer (ties to even)
  *   vpow2i(n)            2^n for integral n in [-126, 127]
  *   vselect_lt(a, b, x, y)  x where a < b, else y, lane by lane
- *   ISA_NAME             "avx512", "avx2", "neon" or "generic"
- *   ROWS_PER_TILE, MAX_PANELS, PANELS_FOR(rows), QPANELS_FOR(rows)
+ *   ISA_NAME             "avx512", "avx2", "neon" or "generic" (and variants: "avx512vnni")
+ *   ROWS_PER_TILE, MAX_PANELS, PANELS_FOR(rows)
  *                        the linear kernel's tile: rows of x times panels held in registers
- *                        (QPANELS_FOR for the block formats, whose scales take registers too)
+ *   QROWS_PER_TILE, QMAX_PANELS, QPANELS_FOR(rows)   the same for the block formats
+ *
+ * and, for the block formats' integer arithmetic, vi: VL 32-bit lanes, each of 4 bytes:
+ *   viload(p)            4 VL bytes
+ *   vbytes(c)            every byte c
+ *   vi_and vi_or         bit by bit
+ *   vshl_bits(a, n) vshr_bits(a, n)   every byte's bits shifted by n (0 < n < 8); bits may cross
+ *                        into the neighbouring byte (x86 shifts 16-bit lanes): mask the result
+ *   viset1 visub         32-bit lanes
+ *   vcvt(a)              the 32-bit lanes as floats
+ *   vbroadcast4(p)       the 4 bytes at p in every lane
+ *   vdot4_u8(acc, u, x)  acc + the sum of the 4 products u x of a lane's bytes, u unsigned and
+ *                        x signed in [-127, 127], exactly
+ *   vdot4(acc, u, x)     the same for u < 128 (one instruction fewer on x86 without VNNI)
  *
  * Everything else (the exponential below, the kernels) is written once over these.
  */

@@ -8,12 +8,15 @@
 #define ROWS_PER_TILE 4
 #define MAX_PANELS 3
 #define PANELS_FOR(rows) 3
+/* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights */
+#define QROWS_PER_TILE 2
+#define QMAX_PANELS 2
 #define QPANELS_FOR(rows) 2
 
 #define X86(op) _mm256_##op /* the intrinsics' prefix, for x86.h */
 #define HALF_LOAD(p) _mm_loadu_si128((const __m128i *)(p)) /* VL 16-bit values */
 #define BYTE_LOAD(p) _mm_loadl_epi64((const __m128i *)(p)) /* VL bytes */
-#define AND_I _mm256_and_si256
+#define SI(op) _mm256_##op##_si256
 typedef __m256i vi;
 #define CAST_PS _mm256_castsi256_ps
 typedef __m256 vf;

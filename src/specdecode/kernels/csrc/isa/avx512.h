@@ -1,18 +1,26 @@
-/* AVX-512F: 16 fp32 lanes, 32 vector registers. */
+/* AVX-512 F and BW (with VNNI's dot-product instruction where SPECDECODE_VNNI is defined): 16 fp32
+ * lanes, 32 vector registers. */
 #include <immintrin.h>
 
+#ifdef SPECDECODE_VNNI
+#define ISA_NAME "avx512vnni"
+#else
 #define ISA_NAME "avx512"
+#endif
 #define VL 16
 /* accumulators for rows x panels, plus the panels' weights and one broadcast, fit 32 registers */
 #define ROWS_PER_TILE 8
 #define MAX_PANELS 4
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
-#define QPANELS_FOR(rows) ((rows) <= 4 ? 3 : 2)
+/* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights */
+#define QROWS_PER_TILE 4
+#define QMAX_PANELS 4
+#define QPANELS_FOR(rows) ((rows) <= 2 ? 4 : 2)
 
 #define X86(op) _mm512_##op /* the intrinsics' prefix, for x86.h */
 #define HALF_LOAD(p) _mm256_loadu_si256((const __m256i *)(p)) /* VL 16-bit values */
 #define BYTE_LOAD(p) _mm_loadu_si128((const __m128i *)(p)) /* VL bytes */
-#define AND_I _mm512_and_si512
+#define SI(op) _mm512_##op##_si512
 typedef __m512i vi;
 #define CAST_PS _mm512_castsi512_ps
 typedef __m512 vf;

@@ -9,7 +9,9 @@
 #define ROWS_PER_TILE 8
 #define MAX_PANELS 2
 #define PANELS_FOR(rows) ((rows) <= 4 ? 2 : 1)
-#define QPANELS_FOR(rows) 1
+#define QROWS_PER_TILE 4
+#define QMAX_PANELS 2
+#define QPANELS_FOR(rows) ((rows) <= 2 ? 2 : 1)
 
 typedef struct { float lane[VL]; } vf;
 
@@ -44,9 +46,7 @@ static inline float f16_to_f32(uint16_t h) {
 }
 static inline vf vload_f16(const uint16_t *p) { LANEWISE(f16_to_f32(p[i])); }
 static inline vf vload_s8(const int8_t *p) { LANEWISE((float)p[i]); }
-static inline vf vload_nibbles(const uint8_t *p, int high) {
-    LANEWISE((float)(high ? p[i] >> 4 : p[i] & 15));
-}
+static inline vf vload_u8(const uint8_t *p) { LANEWISE((float)p[i]); }
 static inline vf vadd(vf a, vf b) { LANEWISE(a.lane[i] + b.lane[i]); }
 static inline vf vsub(vf a, vf b) { LANEWISE(a.lane[i] - b.lane[i]); }
 static inline vf vmul(vf a, vf b) { LANEWISE(a.lane[i] * b.lane[i]); }
@@ -70,4 +70,33 @@ static inline vf vpow2i(vf n) {
     return r;
 }
 static inline vf vselect_lt(vf a, vf b, vf x, vf y) { LANEWISE(a.lane[i] < b.lane[i] ? x.lane[i] : y.lane[i]); }
+
+/* integers (qlinear.c): VL lanes of 4 bytes */
+typedef union { uint8_t byte[4 * VL]; int32_t lane[VL]; } vi;
+#define BYTEWISE(expr) vi r; for (int i = 0; i < 4 * VL; i++) r.byte[i] = (uint8_t)(expr); return r
+static inline vi viload(const uint8_t *p) { vi r; memcpy(r.byte, p, sizeof r.byte); return r; }
+static inline vi vbytes(uint8_t c) { BYTEWISE(c); }
+static inline vi vi_and(vi a, vi b) { BYTEWISE(a.byte[i] & b.byte[i]); }
+static inline vi vi_or(vi a, vi b) { BYTEWISE(a.byte[i] | b.byte[i]); }
+static inline vi vshl_bits(vi a, int n) { BYTEWISE(a.byte[i] << n); }
+static inline vi vshr_bits(vi a, int n) { BYTEWISE(a.byte[i] >> n); }
+#undef BYTEWISE
+static inline vi viset1(int32_t a) { vi r; for (int i = 0; i < VL; i++) r.lane[i] = a; return r; }
+static inline vi visub(vi a, vi b) {
+    vi r;
+    for (int i = 0; i < VL; i++) r.lane[i] = a.lane[i] - b.lane[i];
+    return r;
+}
+static inline vf vcvt(vi a) { LANEWISE((float)a.lane[i]); }
+static inline vi vbroadcast4(const int8_t *p) {
+    vi r;
+    for (int i = 0; i < VL; i++) memcpy(r.byte + 4 * i, p, 4);
+    return r;
+}
+static inline vi vdot4_u8(vi acc, vi u, vi x) {
+    for (int i = 0; i < VL; i++)
+        for (int j = 4 * i; j < 4 * i + 4; j++) acc.lane[i] += u.byte[j] * (int8_t)x.byte[j];
+    return acc;
+}
+static inline vi vdot4(vi acc, vi u, vi x) { return vdot4_u8(acc, u, x); }
 #undef LANEWISE

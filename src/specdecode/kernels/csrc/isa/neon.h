@@ -8,7 +8,10 @@
 #define ROWS_PER_TILE 8
 #define MAX_PANELS 4
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
-#define QPANELS_FOR(rows) ((rows) <= 4 ? 3 : 2)
+/* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights */
+#define QROWS_PER_TILE 4
+#define QMAX_PANELS 4
+#define QPANELS_FOR(rows) ((rows) <= 2 ? 4 : 2)
 
 #define VEC(op) v##op##q_f32 /* vadd, vsub, .. in simd.h */
 typedef float32x4_t vf;
@@ -38,8 +41,38 @@ static inline uint8x8_t load4_u8(const void *p) { /* VL = 4 bytes, in the low ha
 static inline vf vload_s8(const int8_t *p) {
     return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_u8(load4_u8(p))))));
 }
-static inline vf vload_nibbles(const uint8_t *p, int high) {
-    const uint8x8_t bytes = load4_u8(p);
-    const uint8x8_t q = high ? vshr_n_u8(bytes, 4) : vand_u8(bytes, vdup_n_u8(15));
-    return vcvtq_f32_u32(vmovl_u16(vget_low_u16(vmovl_u8(q))));
+static inline vf vload_u8(const uint8_t *p) {
+    return vcvtq_f32_u32(vmovl_u16(vget_low_u16(vmovl_u8(load4_u8(p)))));
 }
+
+/* integers (qlinear.c): 16 bytes, VL lanes of 4 */
+typedef int32x4_t vi;
+static inline uint8x16_t bytes_of(vi a) { return vreinterpretq_u8_s32(a); }
+static inline vi viload(const uint8_t *p) { return vreinterpretq_s32_u8(vld1q_u8(p)); }
+static inline vi vbytes(uint8_t c) { return vreinterpretq_s32_u8(vdupq_n_u8(c)); }
+static inline vi vi_and(vi a, vi b) { return vandq_s32(a, b); }
+static inline vi vi_or(vi a, vi b) { return vorrq_s32(a, b); }
+/* shifted byte by byte (a variable shift: no immediate needed) */
+static inline vi vshl_bits(vi a, int n) {
+    return vreinterpretq_s32_u8(vshlq_u8(bytes_of(a), vdupq_n_s8((int8_t)n)));
+}
+static inline vi vshr_bits(vi a, int n) { return vshl_bits(a, -n); }
+static inline vi viset1(int32_t a) { return vdupq_n_s32(a); }
+static inline vi visub(vi a, vi b) { return vsubq_s32(a, b); }
+static inline vf vcvt(vi a) { return vcvtq_f32_s32(a); }
+static inline vi vbroadcast4(const int8_t *p) {
+    int32_t four;
+    memcpy(&four, p, sizeof four);
+    return vdupq_n_s32(four);
+}
+/* u x in 16 bits (|u x| <= 255 * 127 fits), summed pairwise into 32-bit lanes */
+static inline vi vdot4_u8(vi acc, vi u, vi x) {
+    const uint8x16_t ub = bytes_of(u);
+    const int8x16_t xb = vreinterpretq_s8_s32(x);
+    const int16x8_t low = vmulq_s16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(ub))),
+                                    vmovl_s8(vget_low_s8(xb)));
+    const int16x8_t high = vmulq_s16(vreinterpretq_s16_u16(vmovl_u8(vget_high_u8(ub))),
+                                     vmovl_s8(vget_high_s8(xb)));
+    return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(low), vpaddlq_s16(high)));
+}
+static inline vi vdot4(vi acc, vi u, vi x) { return vdot4_u8(acc, u, x); }

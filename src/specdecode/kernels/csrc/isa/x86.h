@@ -1,6 +1,7 @@
-/* What AVX2 and AVX-512 name alike, given X86(op) (_mm256_op or _mm512_op), CAST_PS (from
- * integer lanes to floats), HALF_LOAD(p) and BYTE_LOAD(p) (VL 16-bit values, VL bytes), AND_I,
- * vf and vi (VL floats, VL 32-bit integers). */
+/* What AVX2 and AVX-512 name alike, given X86(op) (_mm256_op or _mm512_op), SI(op) (the
+ * whole-register integer operations: _mm256_op_si256 or _mm512_op_si512), CAST_PS (from integer
+ * lanes to floats), HALF_LOAD(p) and BYTE_LOAD(p) (VL 16-bit values, VL bytes), vf and vi (VL
+ * floats, VL 32-bit integers). */
 #define VEC(op) X86(op##_ps) /* vadd, vsub, .. in simd.h */
 
 static inline vf vzero(void) { return VEC(setzero)(); }
@@ -19,7 +20,35 @@ static inline vf vload_f16(const uint16_t *p) { return X86(cvtph_ps)(HALF_LOAD(p
 static inline vf vload_s8(const int8_t *p) {
     return X86(cvtepi32_ps)(X86(cvtepi8_epi32)(BYTE_LOAD(p)));
 }
-static inline vf vload_nibbles(const uint8_t *p, int high) {
-    const vi bytes = X86(cvtepu8_epi32)(BYTE_LOAD(p));
-    return X86(cvtepi32_ps)(AND_I(high ? X86(srli_epi32)(bytes, 4) : bytes, X86(set1_epi32)(15)));
+static inline vf vload_u8(const uint8_t *p) {
+    return X86(cvtepi32_ps)(X86(cvtepu8_epi32)(BYTE_LOAD(p)));
 }
+
+/* integers (qlinear.c) */
+static inline vi viload(const uint8_t *p) { return SI(loadu)((const void *)p); }
+static inline vi vbytes(uint8_t c) { return X86(set1_epi8)((char)c); }
+static inline vi vi_and(vi a, vi b) { return SI(and)(a, b); }
+static inline vi vi_or(vi a, vi b) { return SI(or)(a, b); }
+static inline vi vshl_bits(vi a, int n) { return X86(slli_epi16)(a, n); }
+static inline vi vshr_bits(vi a, int n) { return X86(srli_epi16)(a, n); }
+static inline vi viset1(int32_t a) { return X86(set1_epi32)(a); }
+static inline vi visub(vi a, vi b) { return X86(sub_epi32)(a, b); }
+static inline vf vcvt(vi a) { return X86(cvtepi32_ps)(a); }
+static inline vi vbroadcast4(const int8_t *p) {
+    int32_t four;
+    memcpy(&four, p, sizeof four);
+    return X86(set1_epi32)(four);
+}
+#ifdef SPECDECODE_VNNI /* one instruction, no intermediate rounding or saturation */
+static inline vi vdot4(vi acc, vi u, vi x) { return X86(dpbusd_epi32)(acc, u, x); }
+static inline vi vdot4_u8(vi acc, vi u, vi x) { return vdot4(acc, u, x); }
+#else /* byte pairs summed in 16 bits (saturating past 32767: u < 128 keeps them exact), then
+         pairs of those in 32 */
+static inline vi vdot4(vi acc, vi u, vi x) {
+    return X86(add_epi32)(acc, X86(madd_epi16)(X86(maddubs_epi16)(u, x), X86(set1_epi16)(1)));
+}
+static inline vi vdot4_u8(vi acc, vi u, vi x) { /* u = 16 high + low, each part exact */
+    const vi low = vi_and(u, vbytes(15)), high = vi_and(vshr_bits(u, 4), vbytes(15));
+    return X86(add_epi32)(vdot4(acc, low, x), X86(slli_epi32)(vdot4(viset1(0), high, x), 4));
+}
+#endif

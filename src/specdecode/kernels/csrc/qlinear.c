@@ -1,0 +1,245 @@
+/* y = x @ w.T for weights in GGUF's block formats, in integer dot products, any instruction set
+ * (simd.h).
+ *
+ * The arithmetic is llama.cpp's, at a finer grain for x: each row of x is rounded per block of 32
+ * values to 8 bits, x ~ dx qx with dx = max|x| / 127 and qx in [-127, 127]; a weight is
+ * w = D u + w0 with u an unsigned integer of the format's bits, D and w0 per (sub-)block; so a
+ * block's share of a product is
+ *     sum(w x) ~ dx (D sum(u qx) + w0 sum(qx)),
+ * sum(u qx) exact in 32-bit integers (vdot4), the rest in fp32. x is rounded row by row and the
+ * integer sums have no order to change, so a row's result is bitwise the same whatever other rows
+ * share the call.
+ *
+ * Formats: u's bits, and D and w0 of each block of 32 (the K formats keep d, dmin per 256):
+ *   Q8_0  8 (q + 128)  D = d       w0 = -128 d
+ *   Q4_0  4            D = d       w0 = -8 d
+ *   Q4_1  4            D = d       w0 = m
+ *   Q5_0  5            D = d       w0 = -16 d
+ *   Q5_1  5            D = d       w0 = m
+ *   Q4_K  4            D = d sc    w0 = -dmin mn      (sc, mn: 6-bit integers per 32)
+ *   Q5_K  5            as Q4_K
+ *   Q6_K  6            D = d sc    w0 = -32 d sc      (sc: a signed byte per 16)
+ * A w0 that is an integer multiple of D (the "offset" below) is taken off the integer sum.
+ *
+ * Packed layout (kernels/native.py makes it): per panel of VL output rows and per super-block
+ * (32 values, or 256 for the K formats), a header of the lanes' scales, then per block of 32:
+ *   the low 4 bits of u, 4 vectors of VL lanes x 4 bytes: vector g, lane i, byte j holds
+ *     u[4g + j] in its low and u[16 + 4g + j] in its high nibble (Q8_0: 8 vectors of whole
+ *     bytes, u[4g + j] in vector 2g and u[16 + 4g + j] in vector 2g + 1);
+ *   5 bits: one vector of fifth bits, byte j of lane i holding that of u[4g + j] at bit g and
+ *     that of u[16 + 4g + j] at bit 4 + g;
+ *   6 bits: two vectors of the top two bits, of u[4g + j] and of u[16 + 4g + j], at bits 2g, 2g+1.
+ * A lane's 4 bytes are then 4 consecutive k of one output row, and vdot4 takes x's 4 bytes
+ * broadcast. Headers, VL numbers each: d (fp16); Q4_1, Q5_1: m (fp16); K formats: d, dmin
+ * (fp16), sc[8], mn[8] (bytes); Q6_K: d (fp16), sc[16] (signed bytes).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels.h"
+#include "simd.h"
+#include "threads.h"
+
+enum format { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, FORMATS };
+static const char *const FORMAT_NAMES[FORMATS] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0",
+                                                  "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+#define BLOCK 32 /* values of x per scale dx, and of w per D */
+
+/* a format's facts (constants once the format is) */
+ALWAYS_INLINE int bits(int f) {
+    return f == Q8_0 ? 8 : f == Q6_K ? 6 : f == Q5_0 || f == Q5_1 || f == Q5_K ? 5 : 4;
+}
+ALWAYS_INLINE int blocks_per_super(int f) { return f >= Q4_K ? 8 : 1; }
+ALWAYS_INLINE int offset(int f) {
+    return f == Q8_0 ? 128 : f == Q4_0 ? 8 : f == Q5_0 ? 16 : f == Q6_K ? 32 : 0;
+}
+ALWAYS_INLINE int has_w0(int f) { return f == Q4_1 || f == Q5_1 || f == Q4_K || f == Q5_K; }
+ALWAYS_INLINE int halves(int f) { return f == Q6_K ? 2 : 1; } /* scales D per block of 32 */
+/* bytes per lane: a super-block's header, a block's quants */
+ALWAYS_INLINE int header_bytes(int f) {
+    return f == Q4_K || f == Q5_K ? 20 : f == Q6_K ? 18 : has_w0(f) ? 4 : 2;
+}
+ALWAYS_INLINE int payload_bytes(int f) { return bits(f) == 8 ? 32 : 16 + 4 * (bits(f) - 4); }
+ALWAYS_INLINE int64_t super_bytes(int f) {
+    return (int64_t)VL * (header_bytes(f) + blocks_per_super(f) * payload_bytes(f));
+}
+
+/* D (per half block) and w0 of block j of the super-block whose header is at s */
+ALWAYS_INLINE void block_scales(const int f, const uint8_t *s, int64_t j, vf D[2], vf *w0) {
+    const vf d = vload_f16((const uint16_t *)s);
+    if (f == Q4_K || f == Q5_K) {
+        const vf dmin = vload_f16((const uint16_t *)(s + 2 * VL));
+        D[0] = D[1] = vmul(d, vload_u8(s + (4 + j) * VL));
+        *w0 = vsub(vzero(), vmul(dmin, vload_u8(s + (12 + j) * VL)));
+    } else if (f == Q6_K) {
+        D[0] = vmul(d, vload_s8((const int8_t *)s + (2 + 2 * j) * VL));
+        D[1] = vmul(d, vload_s8((const int8_t *)s + (3 + 2 * j) * VL));
+    } else {
+        D[0] = D[1] = d;
+        if (has_w0(f)) *w0 = vload_f16((const uint16_t *)(s + 2 * VL));
+    }
+}
+
+ALWAYS_INLINE vi shift_bits(vi a, int n) {
+    return n > 0 ? vshl_bits(a, n) : n < 0 ? vshr_bits(a, -n) : a;
+}
+
+/* u of k = 4g..4g+3 (lo) and of k = 16+4g..16+4g+3 (hi) in the block whose quants are at b */
+ALWAYS_INLINE void group(const int f, const uint8_t *b, const int g, vi *lo, vi *hi) {
+    const int64_t vector = 4 * VL;
+    if (bits(f) == 8) {
+        *lo = viload(b + 2 * g * vector);
+        *hi = viload(b + (2 * g + 1) * vector);
+        return;
+    }
+    const vi nibbles = viload(b + g * vector), low4 = vbytes(15);
+    *lo = vi_and(nibbles, low4);
+    *hi = vi_and(vshr_bits(nibbles, 4), low4);
+    if (bits(f) == 5) {
+        const vi fifth = viload(b + 4 * vector), bit4 = vbytes(16);
+        *lo = vi_or(*lo, vi_and(shift_bits(fifth, 4 - g), bit4));
+        *hi = vi_or(*hi, vi_and(shift_bits(fifth, -g), bit4));
+    } else if (bits(f) == 6) {
+        const vi bits45 = vbytes(0x30);
+        *lo = vi_or(*lo, vi_and(shift_bits(viload(b + 4 * vector), 4 - 2 * g), bits45));
+        *hi = vi_or(*hi, vi_and(shift_bits(viload(b + 5 * vector), 4 - 2 * g), bits45));
+    }
+}
+
+ALWAYS_INLINE vi dot(const int f, vi acc, vi u, vi x) {
+    return bits(f) == 8 ? vdot4_u8(acc, u, x) : vdot4(acc, u, x);
+}
+
+/* a block of 32 values of a row of x, rounded: x ~ d q; sum: of all q, of the first and of the
+ * last 16 */
+struct xblock {
+    float d;
+    int32_t sum[3];
+    int8_t q[BLOCK];
+};
+
+static void quantize_rows(const float *x, struct xblock *out, int64_t count) {
+    for (int64_t r = 0; r < count; r++) {
+        const float *v = x + r * BLOCK;
+        struct xblock *b = out + r;
+        float amax = 0;
+        for (int k = 0; k < BLOCK; k++) amax = fmaxf(amax, fabsf(v[k]));
+        const float inverse = amax > 0 ? 127 / amax : 0;
+        b->d = amax / 127;
+        b->sum[1] = b->sum[2] = 0;
+        for (int k = 0; k < BLOCK; k++) {
+            b->q[k] = (int8_t)lrintf(v[k] * inverse);
+            b->sum[1 + k / 16] += b->q[k];
+        }
+        b->sum[0] = b->sum[1] + b->sum[2];
+    }
+}
+
+/* rows 0..rows-1 of x against panels p..p+nb-1 (rows, nb, f constants after inlining) */
+ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct xblock *x,
+                        const uint8_t *w, float *y, int64_t I, int64_t O, int64_t p) {
+    const int64_t blocks = I / BLOCK, per_super = blocks_per_super(f);
+    const int64_t supers = blocks / per_super;
+    vf acc[QROWS_PER_TILE][QMAX_PANELS];
+    for (int t = 0; t < rows; t++)
+        for (int n = 0; n < nb; n++) acc[t][n] = vzero();
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t j = b % per_super;
+        vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
+        const uint8_t *quants[QMAX_PANELS];
+        for (int n = 0; n < nb; n++) {
+            const uint8_t *s = w + ((p + n) * supers + b / per_super) * super_bytes(f);
+            block_scales(f, s, j, D[n], &w0[n]);
+            quants[n] = s + VL * header_bytes(f) + j * VL * payload_bytes(f);
+        }
+        for (int h = 0; h < halves(f); h++) {
+            vi isum[QROWS_PER_TILE][QMAX_PANELS];
+            for (int t = 0; t < rows; t++)
+                for (int n = 0; n < nb; n++) isum[t][n] = viset1(0);
+            for (int g = 0; g < 4; g++)
+                for (int n = 0; n < nb; n++) {
+                    vi lo, hi;
+                    group(f, quants[n], g, &lo, &hi);
+                    for (int t = 0; t < rows; t++) {
+                        const int8_t *q = x[t * blocks + b].q;
+                        if (h == 0) isum[t][n] = dot(f, isum[t][n], lo, vbroadcast4(q + 4 * g));
+                        if (h == halves(f) - 1)
+                            isum[t][n] = dot(f, isum[t][n], hi, vbroadcast4(q + 16 + 4 * g));
+                    }
+                }
+            for (int t = 0; t < rows; t++) {
+                const struct xblock *xb = &x[t * blocks + b];
+                const vf dx = vset1(xb->d);
+                const vi off = viset1(offset(f) * xb->sum[halves(f) == 1 ? 0 : 1 + h]);
+                for (int n = 0; n < nb; n++) {
+                    const vi s = offset(f) ? visub(isum[t][n], off) : isum[t][n];
+                    acc[t][n] = vfma(vcvt(s), vmul(D[n][h], dx), acc[t][n]);
+                    if (has_w0(f)) acc[t][n] = vfma(w0[n], vset1(xb->d * (float)xb->sum[0]), acc[t][n]);
+                }
+            }
+        }
+    }
+    for (int n = 0; n < nb; n++) {
+        const int64_t o = (p + n) * VL;
+        const int lanes = O - o < VL ? (int)(O - o) : VL;
+        for (int t = 0; t < rows; t++) vstore_first(y + t * O + o, acc[t][n], lanes);
+    }
+}
+
+struct qlinear_job {
+    const struct xblock *x;
+    const uint8_t *w;
+    float *y;
+    int64_t T, I, O;
+};
+
+/* `rows` rows against `nb` panels, both constants; nb <= QPANELS_FOR(rows) as in linear.c */
+#define PANELS(ROWS, NB) case NB: \
+    if (NB <= QMAX_PANELS && NB <= QPANELS_FOR(ROWS)) tile(f, ROWS, NB, xr, job->w, yr, I, O, p); \
+    break;
+/* the switch below has cases for tiles of up to 4 rows and 4 panels */
+_Static_assert(QROWS_PER_TILE <= 4 && QMAX_PANELS <= 4, "add cases to qlinear_share");
+#define ROWS(R) case R: \
+    if (R <= QROWS_PER_TILE) \
+        switch (nb) { PANELS(R, 1) PANELS(R, 2) PANELS(R, 3) PANELS(R, 4) } \
+    break;
+
+/* this thread's share of the output panels, for every row of x */
+ALWAYS_INLINE void qlinear_share(const struct qlinear_job *job, int thread, int threads,
+                                 const int f) {
+    const int64_t T = job->T, I = job->I, O = job->O, P = (O + VL - 1) / VL, blocks = I / BLOCK;
+    const int64_t rows = T < QROWS_PER_TILE ? T : QROWS_PER_TILE, group = QPANELS_FOR(rows);
+    long long begin, end;
+    share(P, thread, threads, &begin, &end);
+    for (int64_t p = begin; p < end; p += group) {
+        const int nb = p + group <= end ? (int)group : (int)(end - p);
+        for (int64_t r = 0; r < T; r += rows) {
+            const struct xblock *xr = job->x + r * blocks;
+            float *yr = job->y + r * O;
+            switch (T - r < rows ? T - r : rows) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) }
+        }
+    }
+}
+
+#define TASK(F) \
+    static void task_##F(void *job, int thread, int threads) { qlinear_share(job, thread, threads, F); }
+TASK(Q8_0) TASK(Q4_0) TASK(Q4_1) TASK(Q5_0) TASK(Q5_1) TASK(Q4_K) TASK(Q5_K) TASK(Q6_K)
+static const task_fn TASKS[FORMATS] = {task_Q8_0, task_Q4_0, task_Q4_1, task_Q5_0,
+                                       task_Q5_1, task_Q4_K, task_Q5_K, task_Q6_K};
+
+const char *kernel_format(int format) {
+    return format >= 0 && format < FORMATS ? FORMAT_NAMES[format] : NULL;
+}
+
+int linear_quant(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,
+                 int format, int threads) {
+    if (T < 1 || format < 0 || format >= FORMATS) return 1;
+    if (I % (BLOCK * blocks_per_super(format))) return 2;
+    struct xblock *xq = malloc(sizeof *xq * (size_t)(T * (I / BLOCK)));
+    if (!xq) return 3;
+    quantize_rows(x, xq, T * (I / BLOCK));
+    struct qlinear_job job = {xq, w, y, T, I, O};
+    run_parallel(threads, TASKS[format], &job);
+    free(xq);
+    return 0;
+}
