@@ -117,14 +117,22 @@ def bench(args: argparse.Namespace) -> int:
     if args.synthetic_1b:
         args.model = str(_synthetic_1b(Path(args.synthetic_1b)))
     if args.floor:
-        from .bench.floor import floor_report, resident_mb
+        from .bench.floor import floor_report, gguf_tensor_mb, resident_mb, tokenizer_alone
 
-        started = time.perf_counter()
+        # the tokenizer first, so that what loading the model adds is its weights (plus at most
+        # a second tokenizer): an upper bound on the weights' resident memory
+        before = resident_mb()
+        tokenizer = tokenizer_alone(args.model)
+        tokenizer_mb, started = resident_mb() - before, time.perf_counter()
         model = load(args)
-        loaded = time.perf_counter() - started
+        loaded, weights_mb = time.perf_counter() - started, resident_mb() - before - tokenizer_mb
+        del tokenizer
         print(f"{model.name} ({model.backend}, {model.weights}, {model.kernels})")
-        print(f"loaded in {loaded:.1f} s; resident memory {resident_mb():.0f} MB with "
-              f"{model.target.weight_bytes() / 1e6:.0f} MB of packed weights")
+        print(f"loaded in {loaded:.1f} s; resident: {before:.0f} MB before loading, tokenizer "
+              f"{tokenizer_mb:.0f} MB, then weights <= {weights_mb:.0f} MB (packed "
+              f"{model.target.weight_bytes() / 1e6:.0f} MB"
+              + (f"; <= {weights_mb / file_mb:.2f}x the file's {file_mb:.0f} MB of tensors)"
+                 if (file_mb := gguf_tensor_mb(model)) else ")"))
         print(floor_report(model))
         return 0
     from .bench.run import run_bench

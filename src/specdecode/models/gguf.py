@@ -45,6 +45,37 @@ def unpermute_rows(rows: int, heads: int) -> np.ndarray:
     return np.arange(rows).reshape(heads, rows // heads // 2, 2).swapaxes(1, 2).reshape(-1)
 
 
+def release_pages(tensors: dict) -> None:
+    """Let the OS drop the file pages these tensors' memory map has read in (Linux and macOS
+    madvise): once the kernels have packed their own copy, only the embedding rows a step looks
+    up are read again, so the file does not stay resident beside the packed weights."""
+    import mmap
+
+    maps = {}
+    for t in tensors.values():
+        array = getattr(t, "data", None)
+        while isinstance(array, np.ndarray):
+            if getattr(array, "_mmap", None) is not None:
+                maps[id(array._mmap)] = array._mmap
+                break
+            array = array.base
+    for memory in maps.values():
+        if hasattr(memory, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            memory.madvise(mmap.MADV_DONTNEED)
+
+
+def trim_heap() -> None:
+    """Give the C heap's free memory back to the OS (glibc keeps what packing freed: the
+    decoded copies of every matrix)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
 def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantTensor]:
     """The file's tensors by transformers name: block formats as `QuantTensor`s over the file's
     memory map, the rest as torch tensors."""

@@ -8,7 +8,6 @@ from .. import kernels as kernel_paths
 from ..kernels import Kernels
 from ..quant import QuantTensor
 
-
 Weight = torch.Tensor | QuantTensor
 
 

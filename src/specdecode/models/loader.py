@@ -124,6 +124,12 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "a
         target: Target = HFTarget(hf_model.to(device=device, dtype=torch_dtype or torch.float32))
     elif hf_model is None:
         target = llama.NativeLlama(config, weights, torch_dtype)
+        if gguf:
+            from .gguf import release_pages, trim_heap
+
+            release_pages(weights)
+            del weights
+            trim_heap()
     else:
         target = llama.NativeLlama.from_hf(hf_model, torch_dtype or torch.float32)
     return LoadedModel(name, key, tokenizer, target, "native" if use_native else "transformers",

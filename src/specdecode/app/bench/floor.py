@@ -23,14 +23,14 @@ from ...models.target import forward
 from ...quant import QuantTensor, panel_bytes, random_blocks
 
 
-def _median_seconds(fn, repeats: int) -> float:
+def _median_seconds(fn, repeats: int, statistic=statistics.median) -> float:
     fn()  # warm-up: first-touch page faults and kernel selection are not part of a step
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
         fn()
         times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return statistic(times)
 
 
 def measure_bandwidth(megabytes: int = 512, repeats: int = 7) -> float:
@@ -83,20 +83,43 @@ def resident_mb() -> float:
     return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6
 
 
-def peak_macs(kernels, dtype, rows: int, repeats: int = 15, nbytes: int = 1 << 20) -> float:
+def tokenizer_alone(name: str) -> object:
+    """The model's tokenizer and config, loaded as `load_model` loads them (to tell their
+    memory from the weights')."""
+    from ...models import loader
+
+    source, _ = loader.resolve_source(name)
+    return loader._load_tokenizer_and_config(source, name)
+
+
+def gguf_tensor_mb(model: LoadedModel) -> float | None:
+    """MB of tensor data in the model's GGUF file (None for other models)."""
+    from ...models.loader import gguf_file
+
+    path = gguf_file(model.name)
+    if path is None:
+        return None
+    from gguf import GGUFReader
+
+    return sum(int(t.n_bytes) for t in GGUFReader(str(path)).tensors) / 1e6
+
+
+def peak_macs(kernels, dtype, rows: int, repeats: int = 9) -> float:
     """Multiply-adds per second of `kernels.linear` for weights of `dtype` (a torch dtype or a
-    GGUF format) and `rows` rows of x, on a matrix of about `nbytes` (in the caches, and large
-    enough that a call's fixed cost does not count)."""
-    I = 2048
-    if isinstance(dtype, str):
-        O = max(64, nbytes // panel_bytes(dtype, I, 1) // 64 * 64)
-        weight = QuantTensor(dtype, random_blocks(dtype, O, I, np.random.default_rng(0)), I)
-    else:
-        O = max(64, nbytes // (I * torch.finfo(dtype).bits // 8) // 64 * 64)
-        weight = torch.randn(O, I).to(dtype)
-    panels, x = kernels.pack(weight), torch.randn(rows, I)
-    seconds = _median_seconds(lambda: kernels.linear(x, panels, O), repeats)
-    return O * I * rows / seconds
+    GGUF format) and `rows` rows of x: the best of matrices of 0.5, 1 and 2 MB (in the caches,
+    large enough that a call's fixed cost hardly counts) and of several calls each."""
+    I, best = 2048, 0.0
+    for nbytes in (1 << 19, 1 << 20, 1 << 21):
+        if isinstance(dtype, str):
+            O = max(64, nbytes // panel_bytes(dtype, I, 1) // 64 * 64)
+            weight = QuantTensor(dtype, random_blocks(dtype, O, I, np.random.default_rng(0)), I)
+        else:
+            O = max(64, nbytes // (I * torch.finfo(dtype).bits // 8) // 64 * 64)
+            weight = torch.randn(O, I).to(dtype)
+        panels, x = kernels.pack(weight), torch.randn(rows, I)
+        seconds = _median_seconds(lambda: kernels.linear(x, panels, O), repeats, min)
+        best = max(best, O * I * rows / seconds)
+    return best
 
 
 def arithmetic_seconds(model: LoadedModel, rows: int) -> tuple[float, dict[str, float]]:
