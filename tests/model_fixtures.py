@@ -12,10 +12,10 @@ def default_model():
     return load_model("smollm2-135m")
 
 
-def _save_tiny(path, vocab_size, tokenizer, max_positions=128):
+def _save_tiny(path, vocab_size, tokenizer, max_positions=128, hidden=16):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=16, intermediate_size=32,
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                          max_position_embeddings=max_positions, initializer_range=0.5,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None)

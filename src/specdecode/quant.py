@@ -181,6 +181,16 @@ def k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
+def quantize(w: torch.Tensor, qtype: str) -> QuantTensor:
+    """w: [O, I] numbers -> the matrix in `qtype` (gguf's own quantizer: Q8_0, Q4_0, Q4_1,
+    Q5_0, Q5_1)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize as gguf_quantize
+
+    values = w.detach().float().numpy()
+    return QuantTensor(qtype, gguf_quantize(values, GGMLQuantizationType[qtype]), w.shape[1])
+
+
 def random_blocks(qtype: str, rows: int, columns: int, rng: np.random.Generator,
                   scale: float = 1.0) -> np.ndarray:
     """[rows, bytes per row] of random blocks in any of FORMATS, numbers of about `scale`:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
+from mock_target import MockTarget
 
+from specdecode.core.cost import row_cost
 from specdecode.core.sampling import SamplingParams, probabilities
 from specdecode.drafters import DRAFTERS, create_drafter, make_options, option
 from specdecode.drafters.base import Drafter, draft_chain, option_fields, register
@@ -53,10 +56,13 @@ def test_every_drafter_is_registered_and_unknown_names_raise():
         create_drafter("no-such-method", None)
 
 
-def test_create_drafter_builds_lookup_from_its_options():
-    drafter = create_drafter("lookup", None, make_options("lookup", {"ngram_max": 5,
-                                                                     "ngram_min": 2}))
+def test_create_drafter_builds_lookup_from_its_options_and_the_targets_row_cost():
+    model = SimpleNamespace(target=MockTarget(vocab=32, layers=2, max_length=256, seed=1),
+                            key="mock", weights="float64", kernels="torch")
+    drafter = create_drafter("lookup", model, make_options("lookup", {"ngram_max": 5,
+                                                                      "ngram_min": 2}))
     assert (drafter.ngram_max, drafter.ngram_min) == (5, 2)
+    assert drafter.row_cost == row_cost(model) >= 0
 
 
 def test_draft_method_without_a_draft_model_raises():

@@ -10,14 +10,14 @@ import torch
 from specdecode.core.engine import generate
 from specdecode.core.sequence import DraftLength, GenerationConfig
 from specdecode.drafters import make_options
-from specdecode.drafters.lookup import PromptLookup, draft_length, find_continuation
+from specdecode.drafters.lookup import MatchEvidence, PromptLookup, find_continuation
 from specdecode.drafters.plain import NoDrafter
 from specdecode.errors import InvalidParameterError
 
 
 def on(context: torch.Tensor) -> SimpleNamespace:
-    """What `propose` reads of a sequence: its context."""
-    return SimpleNamespace(context=context)
+    """What `propose` reads of a sequence: its context (and the drafter's state)."""
+    return SimpleNamespace(context=context, drafter_state=None)
 
 
 def t(*ids: int) -> torch.Tensor:
@@ -73,26 +73,49 @@ def test_prompt_lookup_rejects_invalid_ngram_range(ngram_max, ngram_min):
         make_options("lookup", {"ngram_max": ngram_max, "ngram_min": ngram_min})
 
 
-def test_draft_length_grows_with_the_match_and_never_exceeds_k():
-    assert [draft_length(n, 7, 5) for n in range(1, 6)] == [3, 5, 7, 7, 7]
-    assert [draft_length(n, 2, 5) for n in range(1, 6)] == [2, 2, 2, 2, 2]
-    assert draft_length(2, 7, 2) == 7  # a full match drafts k whatever ngram_max is
-
-
-def test_prompt_lookup_drafts_fewer_tokens_for_shorter_matches():
-    # "7" (a 1-gram) matches with a long continuation; "1 2 7" (a 3-gram) does too
-    one_gram = t(7, 10, 11, 12, 13, 14, 15, 7)
-    assert PromptLookup(3, 1).propose(on(one_gram), 6).tokens.tolist() == [
-        10, 11, 12]
+def test_free_rows_draft_the_whole_match_up_to_k():
     three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)
-    draft = PromptLookup(3, 1).propose(on(three_gram), 6)
-    assert draft.tokens.tolist() == [10, 11, 12, 13, 14, 15]
+    assert PromptLookup(3, 1, row_cost=0.0).propose(on(three_gram), 6).tokens.tolist() == [
+        10, 11, 12, 13, 14, 15]
+    assert PromptLookup(3, 1, row_cost=0.0).propose(on(three_gram), 2).tokens.tolist() == [10, 11]
+
+
+def test_costly_rows_draft_only_tokens_whose_chance_exceeds_the_row_cost():
+    # before any verdict: the prior gives 1/2, 1/4, 1/8, ... for the first 1, 2, 3, ... tokens
+    three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)
+    assert PromptLookup(3, 1, row_cost=0.2).propose(on(three_gram), 6).tokens.tolist() == [10, 11]
+    assert PromptLookup(3, 1, row_cost=0.3).propose(on(three_gram), 6).tokens.tolist() == [10]
+    assert PromptLookup(3, 1, row_cost=0.6).propose(on(three_gram), 6).tokens.numel() == 0
+
+
+def test_accepted_drafts_lengthen_later_drafts_and_rejected_ones_shorten_them():
+    three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)
+    lookup = PromptLookup(3, 1, row_cost=0.2)
+    kept, lost = on(three_gram), on(three_gram)
+    lengths = {"kept": [], "lost": []}
+    for _ in range(8):
+        lengths["kept"].append(len(lookup.propose(kept, 6).tokens))
+        lookup.observe(kept, lengths["kept"][-1])  # every draft accepted
+        lengths["lost"].append(len(lookup.propose(lost, 6).tokens))
+        lookup.observe(lost, 0)  # every draft rejected
+    assert lengths["kept"][0] == lengths["lost"][0] == 2  # the prior's 1/2, 1/4
+    assert lengths["kept"] == sorted(lengths["kept"]) and lengths["kept"][-1] == 6
+    assert lengths["lost"] == sorted(lengths["lost"], reverse=True) and lengths["lost"][-1] == 0
+
+
+def test_match_evidence_counts_only_the_positions_the_verifier_looked_at():
+    evidence = MatchEvidence()
+    evidence.pending = (3, 4)
+    evidence.record(1)  # token 1 accepted, token 2 rejected: tokens 3 and 4 never judged
+    assert evidence.reached[3] == [1, 1] and evidence.accepted[3] == [1, 0]
+    assert evidence.chances(3, 2) == [(1 + 1) / 3, (1 + 1) / 3 * (0 + 1) / 3]
 
 
 def test_lookup_greedy_output_equals_plain_greedy(make_target):
     prompt = [3, 1, 4, 1, 5, 3, 1, 4, 1, 5, 3, 1]  # repeats: the n-grams match
     config = GenerationConfig(30)
     plain = generate(make_target(), NoDrafter(), prompt, config, None)
-    result = generate(make_target(), PromptLookup(3, 1), prompt, config, DraftLength(7))
+    result = generate(make_target(), PromptLookup(3, 1, row_cost=0.1), prompt, config,
+                      DraftLength(7))
     assert result.token_ids == plain.token_ids
     assert result.stats.drafted > 0

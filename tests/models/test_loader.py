@@ -56,3 +56,34 @@ def test_eos_ids_include_the_generation_config(tmp_path, tiny_real_vocab_model):
     model = load_model(str(directory))
     assert {3, 4} <= model.eos_token_ids
     assert model.tokenizer.eos_token_id in model.eos_token_ids
+
+
+@pytest.fixture(scope="module")
+def tiny_wide_model(tmp_path_factory, default_model):
+    """A tiny random Llama whose rows split into blocks of 32 (hidden size 64)."""
+    from model_fixtures import _save_tiny
+
+    return _save_tiny(tmp_path_factory.mktemp("tiny-wide"), default_model.target.vocab_size,
+                      default_model.tokenizer, hidden=64)
+
+
+@pytest.mark.parametrize("dtype,qtype", [("q8_0", "Q8_0"), ("q4_0", "Q4_0")])
+def test_dtype_q8_0_or_q4_0_quantizes_a_safetensors_model_on_load(tiny_wide_model, dtype, qtype):
+    from specdecode.models.llama import NativeLlama
+    from specdecode.models.loader import _quantized, _read_safetensors
+
+    model = load_model(str(tiny_wide_model), dtype=dtype)
+    assert model.weights == qtype
+    ids = torch.tensor([5, 17, 300, 42, 9, 1000, 7])
+    quantized = forward(model.target, model.target.new_cache(), ids)
+    # the same quantized weights dequantized, computed in fp32: only x's 8-bit rounding differs
+    weights = _quantized(_read_safetensors(tiny_wide_model), qtype)
+    reference = NativeLlama(model.target.config, weights, torch.float32)
+    fp32 = forward(reference, reference.new_cache(), ids)
+    assert reference.weights == "float32" and not torch.equal(quantized, fp32)
+    torch.testing.assert_close(quantized, fp32, atol=0.03 * fp32.abs().max(), rtol=0)
+
+
+def test_quantizing_for_the_transformers_backend_fails_in_one_line(tiny_real_vocab_model):
+    with pytest.raises(ModelLoadError, match="native backend only"):
+        load_model(str(tiny_real_vocab_model), dtype="q8_0", backend="transformers")

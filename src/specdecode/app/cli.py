@@ -30,10 +30,12 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help=f"alias, .gguf file, model directory or hub id (default: {DEFAULT_MODEL})")
     p.add_argument("--backend", default="auto", choices=["auto", "native", "transformers"],
                    help="native Llama-family path or transformers (default: native when supported)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+    p.add_argument("--dtype", default="auto",
+                   choices=["auto", "float32", "bfloat16", "q8_0", "q4_0"],
                    help="what the target's matrices are held in: auto = a GGUF file's own block "
-                        "formats (fp32 for other models); float32 or bfloat16 dequantizes them "
-                        "(default: auto)")
+                        "formats (fp32 for other models); float32 or bfloat16 dequantizes them; "
+                        "q8_0 or q4_0 quantizes any model's matrices on load, as llama.cpp "
+                        "would (native backend; default: auto)")
     p.add_argument("--device", default="cpu",
                    help="cpu (default), or cuda with --backend transformers")
     p.add_argument("--threads", type=int, help="CPU threads for torch and the kernels "
@@ -110,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(measured memory bandwidth) and arithmetic floor (the kernels' measured "
                         "peak), its load time and resident memory, and its step time over 1, 4, "
                         "8 and 16 new tokens between them")
+    b.add_argument("--distance", action="store_true",
+                   help="instead of the table: for a GGUF model, how often our quantized path "
+                        "and llama.cpp pick the fp32 reference's greedy token (teacher-forced "
+                        "top-1 agreement, identical greedy outputs) on the first --limit prompts "
+                        "of each group")
     b.add_argument("--synthetic-1b", metavar="PATH",
                    help="use a random-weight ~1B Llama-family GGUF in llama.cpp's Q4_K_M mix "
                         "as the model, written to PATH first if it is not there (~0.8 GB, a "

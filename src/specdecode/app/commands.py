@@ -116,6 +116,12 @@ def _synthetic_1b(path: Path) -> Path:
 def bench(args: argparse.Namespace) -> int:
     if args.synthetic_1b:
         args.model = str(_synthetic_1b(Path(args.synthetic_1b)))
+    if args.distance:
+        from .bench.distance import distance_report
+
+        model = load(args)
+        print(distance_report(args, model))
+        return 0
     if args.floor:
         from .bench.floor import floor_report, gguf_tensor_mb, resident_mb, tokenizer_alone
 

@@ -38,6 +38,7 @@ EMBEDDED = {
 }
 # "auto": a GGUF file's matrices in the formats it stores them in (fp32 for other checkpoints)
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
+QUANTIZE_ON_LOAD = {"q8_0": "Q8_0", "q4_0": "Q4_0"}  # --dtype values: GGUF formats made on load
 
 
 @dataclass
@@ -103,19 +104,27 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "a
     with "float32" or "bfloat16" they are dequantized to that."""
     if backend not in ("auto", "native", "transformers"):
         raise ModelLoadError(f"unknown backend {backend!r} (choose auto, native or transformers)")
-    if dtype not in DTYPES:
-        raise ModelLoadError(f"unknown dtype {dtype!r} (choose {', '.join(DTYPES)})")
+    if dtype not in DTYPES and dtype not in QUANTIZE_ON_LOAD:
+        raise ModelLoadError(f"unknown dtype {dtype!r} "
+                             f"(choose {', '.join([*DTYPES, *QUANTIZE_ON_LOAD])})")
+    if dtype in QUANTIZE_ON_LOAD and backend == "transformers":
+        raise ModelLoadError(f"--dtype {dtype} quantizes for the native backend only")
     on_cpu = _check_device(device, backend)
     source, key = resolve_source(name)
     tokenizer, config = _load_tokenizer_and_config(source, name)
     use_native = on_cpu and (backend == "native" or (backend == "auto" and llama.supports(config)))
     if use_native and not llama.supports(config):
         raise ModelLoadError(f"the native backend does not support {config.model_type!r}")
-    torch_dtype = DTYPES[dtype]
+    torch_dtype = DTYPES.get(dtype)
     gguf = gguf_file(name)
     weights = None
     if use_native:
         weights = _read_gguf(gguf, config, torch_dtype) if gguf else _read_safetensors(source)
+    if dtype in QUANTIZE_ON_LOAD:
+        if weights is None:
+            raise ModelLoadError(f"--dtype {dtype} needs a GGUF file or a directory of "
+                                 f"safetensors files on the native backend")
+        weights = _quantized(weights, QUANTIZE_ON_LOAD[dtype])
     # a hub id, other checkpoint formats, or the transformers backend need the transformers model
     hf_model = None
     if weights is None:
@@ -307,6 +316,21 @@ def _load_hf_model(source: Path | str, name: str) -> torch.nn.Module:
         return AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).eval()
     except OSError as exc:
         raise _hf_errors(source, name)(exc) from exc
+
+
+def _quantized(weights: dict, qtype: str) -> dict:
+    """Every matrix whose rows split into blocks of 32 in `qtype` (from its fp32 numbers); the
+    rest (norms, biases) as they are."""
+    from ..quant import BLOCK, QuantTensor, quantize
+
+    def convert(t):
+        if isinstance(t, QuantTensor):
+            t = t.dequantize()
+        if t.ndim == 2 and t.shape[1] % BLOCK == 0:
+            return quantize(t, qtype)
+        return t
+
+    return {name: convert(t) for name, t in weights.items()}
 
 
 def _read_safetensors(source: Path | str) -> dict[str, torch.Tensor] | None:

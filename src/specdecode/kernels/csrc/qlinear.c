@@ -118,21 +118,39 @@ struct xblock {
     int8_t q[BLOCK];
 };
 
-static void quantize_rows(const float *x, struct xblock *out, int64_t count) {
-    for (int64_t r = 0; r < count; r++) {
-        const float *v = x + r * BLOCK;
-        struct xblock *b = out + r;
-        float amax = 0;
-        for (int k = 0; k < BLOCK; k++) amax = fmaxf(amax, fabsf(v[k]));
-        const float inverse = amax > 0 ? 127 / amax : 0;
-        b->d = amax / 127;
-        b->sum[1] = b->sum[2] = 0;
-        for (int k = 0; k < BLOCK; k++) {
-            b->q[k] = (int8_t)lrintf(v[k] * inverse);
-            b->sum[1 + k / 16] += b->q[k];
-        }
-        b->sum[0] = b->sum[1] + b->sum[2];
+/* one block: the same operations for every row (vector max, multiply, round half to even: what
+ * lrintf does), so a row's bytes do not depend on what else is quantized with it */
+static void quantize_block(const float *v, struct xblock *b) {
+    vf most = vzero();
+    for (int k = 0; k < BLOCK; k += VL) {
+        const vf a = vload(v + k);
+        most = vmax(most, vmax(a, vsub(vzero(), a)));
     }
+    float lanes[VL], amax = 0, rounded[BLOCK];
+    vstore(lanes, most);
+    for (int i = 0; i < VL; i++) amax = fmaxf(amax, lanes[i]);
+    const vf inverse = vset1(amax > 0 ? 127 / amax : 0);
+    b->d = amax / 127;
+    for (int k = 0; k < BLOCK; k += VL) vstore(rounded + k, vround(vmul(vload(v + k), inverse)));
+    b->sum[1] = b->sum[2] = 0;
+    for (int k = 0; k < BLOCK; k++) {
+        b->q[k] = (int8_t)rounded[k];
+        b->sum[1 + k / 16] += b->q[k];
+    }
+    b->sum[0] = b->sum[1] + b->sum[2];
+}
+
+struct quantize_job {
+    const float *x;
+    struct xblock *out;
+    int64_t count; /* blocks */
+};
+
+static void quantize_task(void *context, int thread, int threads) {
+    const struct quantize_job *job = context;
+    long long begin, end;
+    share(job->count, thread, threads, &begin, &end);
+    for (long long r = begin; r < end; r++) quantize_block(job->x + r * BLOCK, job->out + r);
 }
 
 /* rows 0..rows-1 of x against panels p..p+nb-1 (rows, nb, f constants after inlining) */
@@ -237,7 +255,9 @@ int linear_quant(const float *x, const uint8_t *w, float *y, int64_t T, int64_t 
     if (I % (BLOCK * blocks_per_super(format))) return 2;
     struct xblock *xq = malloc(sizeof *xq * (size_t)(T * (I / BLOCK)));
     if (!xq) return 3;
-    quantize_rows(x, xq, T * (I / BLOCK));
+    struct quantize_job rounding = {x, xq, T * (I / BLOCK)};
+    /* a few rows take less than waking the threads */
+    run_parallel(T > QROWS_PER_TILE ? threads : 1, quantize_task, &rounding);
     struct qlinear_job job = {xq, w, y, T, I, O};
     run_parallel(threads, TASKS[format], &job);
     free(xq);
