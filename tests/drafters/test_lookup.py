@@ -103,6 +103,17 @@ def test_accepted_drafts_lengthen_later_drafts_and_rejected_ones_shorten_them():
     assert lengths["lost"] == sorted(lengths["lost"], reverse=True) and lengths["lost"][-1] == 0
 
 
+def test_a_longer_context_makes_rows_cost_more_and_drafts_shorter():
+    from specdecode.core.cost import RowCost
+
+    three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)  # 12 tokens of context
+    cheap_then_dear = RowCost(0.2, 0.3, short_context=12, long_context=24)
+    assert PromptLookup(3, 1, cheap_then_dear).propose(on(three_gram), 6).tokens.tolist() == [
+        10, 11]
+    longer = torch.cat([t(*range(100, 112)), three_gram])  # 24 tokens: a row costs 0.3
+    assert PromptLookup(3, 1, cheap_then_dear).propose(on(longer), 6).tokens.tolist() == [10]
+
+
 def test_match_evidence_counts_only_the_positions_the_verifier_looked_at():
     evidence = MatchEvidence()
     evidence.pending = (3, 4)

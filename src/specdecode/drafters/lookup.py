@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..core.cost import RowCost, row_cost
 from ..errors import InvalidParameterError
 from .base import EMPTY_DRAFT, Draft, Drafter, option, register
 
@@ -83,8 +84,10 @@ class PromptLookup(Drafter):
                 raise InvalidParameterError(f"need 1 <= ngram-min <= ngram-max, got "
                                             f"{self.ngram_min}, {self.ngram_max}")
 
-    def __init__(self, ngram_max: int = 5, ngram_min: int = 1, row_cost: float = 0.0) -> None:
-        self.ngram_max, self.ngram_min, self.row_cost = ngram_max, ngram_min, row_cost
+    def __init__(self, ngram_max: int = 5, ngram_min: int = 1,
+                 row_cost: RowCost | float = 0.0) -> None:
+        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        self.row_cost = row_cost if isinstance(row_cost, RowCost) else RowCost.flat(row_cost)
 
     @classmethod
     def tune_candidates(cls, model, draft_model: str | None) -> list[dict]:
@@ -92,8 +95,6 @@ class PromptLookup(Drafter):
 
     @classmethod
     def create(cls, model, options: Options) -> "PromptLookup":
-        from ..core.cost import row_cost
-
         return cls(options.ngram_max, options.ngram_min, row_cost(model))
 
     def start(self, seq) -> None:
@@ -106,7 +107,8 @@ class PromptLookup(Drafter):
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
             tokens = find_continuation(context, n, k)
             if tokens.numel():
-                paying = sum(p > self.row_cost for p in evidence.chances(n, len(tokens)))
+                cost = self.row_cost.at(seq.context.shape[0])
+                paying = sum(p > cost for p in evidence.chances(n, len(tokens)))
                 evidence.pending = (n, paying)
                 return Draft(tokens[:paying], None) if paying else EMPTY_DRAFT
         return EMPTY_DRAFT
@@ -120,4 +122,4 @@ class PromptLookup(Drafter):
         return 10  # the most a match drafts; the row cost decides how many it does
 
     def describe(self) -> str:
-        return f"lookup (n-gram {self.ngram_max}..{self.ngram_min}, row cost {self.row_cost:.2f})"
+        return f"lookup (n-gram {self.ngram_max}..{self.ngram_min}, row cost {self.row_cost})"
