@@ -50,8 +50,13 @@ ALWAYS_INLINE int bits(int f) {
     return f == Q8_0 ? 8 : f == Q6_K ? 6 : f == Q5_0 || f == Q5_1 || f == Q5_K ? 5 : 4;
 }
 ALWAYS_INLINE int blocks_per_super(int f) { return f >= Q4_K ? 8 : 1; }
+#ifdef VDOT4_CENTERED /* the instruction set dots Q8_0's (u - 128) x directly */
+#define Q8_OFFSET 0
+#else
+#define Q8_OFFSET 128
+#endif
 ALWAYS_INLINE int offset(int f) {
-    return f == Q8_0 ? 128 : f == Q4_0 ? 8 : f == Q5_0 ? 16 : f == Q6_K ? 32 : 0;
+    return f == Q8_0 ? Q8_OFFSET : f == Q4_0 ? 8 : f == Q5_0 ? 16 : f == Q6_K ? 32 : 0;
 }
 ALWAYS_INLINE int has_w0(int f) { return f == Q4_1 || f == Q5_1 || f == Q4_K || f == Q5_K; }
 ALWAYS_INLINE int halves(int f) { return f == Q6_K ? 2 : 1; } /* scales D per block of 32 */
@@ -107,6 +112,9 @@ ALWAYS_INLINE void group(const int f, const uint8_t *b, const int g, vi *lo, vi 
 }
 
 ALWAYS_INLINE vi dot(const int f, vi acc, vi u, vi x) {
+#ifdef VDOT4_CENTERED
+    if (bits(f) == 8) return vdot4_centered(acc, u, x);
+#endif
     return bits(f) == 8 ? vdot4_u8(acc, u, x) : vdot4(acc, u, x);
 }
 

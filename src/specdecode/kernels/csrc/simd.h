@@ -31,6 +31,8 @@
  *   vdot4_u8(acc, u, x)  acc + the sum of the 4 products u x of a lane's bytes, u unsigned and
  *                        x signed in [-127, 127], exactly
  *   vdot4(acc, u, x)     the same for u < 128 (one instruction fewer on x86 without VNNI)
+ * and optionally VDOT4_CENTERED with vdot4_centered(acc, u, x): acc + the sum of (u - 128) x,
+ * where that is cheaper than vdot4_u8 (AVX2's sign trick)
  *
  * Everything else (the exponential below, the kernels) is written once over these.
  */

@@ -33,3 +33,10 @@ static inline vf vround(vf a) {
 static inline vf vselect_lt(vf a, vf b, vf x, vf y) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
 }
+/* Q8_0's (u - 128) x in one vpmaddubsw: q = u - 128 as a signed byte, |q| times x with q's sign
+ * (|q| <= 128, so a pair's sum stays below 32768) */
+#define VDOT4_CENTERED
+static inline vi vdot4_centered(vi acc, vi u, vi x) {
+    const vi q = _mm256_xor_si256(u, vbytes(0x80));
+    return vdot4(acc, _mm256_abs_epi8(q), _mm256_sign_epi8(x, q));
+}
