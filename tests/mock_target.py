@@ -150,5 +150,6 @@ class MockModel:
 
     def __init__(self, target: MockTarget, key: str = "mock") -> None:
         self.target, self.key, self.name = target, key, key
-        self.backend = "mock"
+        self.backend = self.kernels = "mock"
+        self.weights = "float32"
         self.eos_token_ids: frozenset[int] = frozenset()

@@ -16,7 +16,8 @@ def test_candidates_start_with_plain_decoding_and_add_a_draft_model_only_when_gi
     model = load_model(str(tiny_real_vocab_model))
     found = candidates(model, None)
     assert found[0].method == "ar" and found[1].method == "lookup" and found[1].k is None
-    assert {c.method for c in found} == {"ar", "lookup"}  # no heads, no skip set for this model
+    # no heads, no skip set for this model: the training-free drafters only
+    assert {c.method for c in found} == {"ar", "lookup", "suffix"}
     assert len({c.label() for c in found}) == len(found)
     assert {c.method for c in candidates(model, str(tiny_real_vocab_model))} >= {"draft"}
 

@@ -31,6 +31,7 @@ from specdecode.drafters.base import Draft, Drafter
 from specdecode.drafters.draft_model import DraftModel
 from specdecode.drafters.eagle import Eagle
 from specdecode.drafters.plain import NoDrafter
+from specdecode.drafters.suffix import SuffixTree
 from specdecode.models.heads import EagleHead
 from specdecode.models.llama import NativeLlama
 
@@ -209,3 +210,23 @@ def test_broken_tree_verifier_is_detected_by_the_same_test(monkeypatch, target_m
     """Power check: skipping the residual between siblings must be rejected at alpha = 0.01."""
     monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_tree_without_sibling_residual)
     assert tree_pvalue(target_model, eagle_drafter(target_model)) < ALPHA
+
+
+# The same test through the `suffix` drafter: free rows (cost 0), so it drafts every candidate it
+# has: the context's continuations and, after the first step, the target's recycled top tokens,
+# siblings of each other.
+
+
+def suffix_drafter() -> SuffixTree:
+    return SuffixTree(SuffixTree.Options(branches=3, memory_tokens=0), row_cost=0.0)
+
+
+def test_tree_speculative_sampling_with_suffix_matches_plain_sampling(target_model):
+    assert speculative_pvalue(target_model, suffix_drafter(), T1, 2) > ALPHA
+
+
+def test_broken_tree_verifier_is_detected_through_suffix(monkeypatch, target_model):
+    """Power check: the suffix drafter's trees have siblings often enough that skipping the
+    residual between them is rejected at alpha = 0.01."""
+    monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_tree_without_sibling_residual)
+    assert speculative_pvalue(target_model, suffix_drafter(), T1, 2) < ALPHA

@@ -85,7 +85,7 @@ def test_options_take_their_own_fields_parse_text_and_validate_in_one_line():
 def test_an_option_several_drafters_declare_is_listed_once_with_each_of_them():
     fields = option_fields()
     assert [method for method, _ in fields["draft_model"]] == ["draft", "eagle", "medusa"]
-    assert [method for method, _ in fields["ngram_max"]] == ["lookup"]
+    assert [method for method, _ in fields["ngram_max"]] == ["lookup", "suffix"]
 
 
 def test_a_drafter_registered_later_brings_its_options(monkeypatch):

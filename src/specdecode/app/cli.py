@@ -96,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="0 = greedy with the equality audit (default); > 0 samples, seeded by "
                         "the repeat index, and reports speed and τ only")
     b.add_argument("--repeats", type=int, default=2, help="timed repeats per prompt (median)")
+    b.add_argument("--cross-request-memory", action="store_true",
+                   help="let drafters with a memory of earlier outputs (suffix) keep it across "
+                        "prompts, as a server does; off by default, so that every prompt starts "
+                        "clean as Spec-Bench assumes. Needs --repeats 1: no prompt may see its "
+                        "own earlier run")
     b.add_argument("--sweep-k", metavar="K1,K2,...",
                    help="run every drafting method at each of these draft lengths (for the "
                         "speed-up and τ against K plot), e.g. 1,2,4,6,8,12")

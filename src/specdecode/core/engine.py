@@ -86,10 +86,14 @@ def step(target: Target, drafter: Drafter, seq: Sequence,
     # 4 commit: node i sits at cache position n + i, behind the pending token at n - 1
     seq.cache.compact(n, [n + i for i in verdict.path])
     drafter.observe(seq, verdict.accepted)
+    rows = [0] + [i + 1 for i in verdict.path]  # the root's and the accepted nodes'
     if drafter.uses_features:
-        drafter.observe_features(seq, hidden[[0] + [i + 1 for i in verdict.path]])
+        drafter.observe_features(seq, hidden[rows])
+    if drafter.uses_logits:
+        drafter.observe_logits(seq, [int(seq.tokens[n - 1])] + tree.path_tokens(list(verdict.path)),
+                               logits[rows])
     if seq.draft_length:
-        seq.draft_length.update(len(tree), verdict.accepted)
+        seq.draft_length.update(tree.depth, verdict.accepted)  # all accepted: the deepest level
     new = tree.path_tokens(list(verdict.path)) + [verdict.token]
     confirmed = len(new)
     for i, token in enumerate(new):
@@ -108,6 +112,7 @@ def step(target: Target, drafter: Drafter, seq: Sequence,
         seq.finish_reason = "stop"
     if seq.finish_reason is None:
         return Chunk(new, delta)
+    drafter.finish(seq)
     return Chunk(new, delta + (seq.text.flush() if seq.text else ""), seq.finish_reason, stats)
 
 

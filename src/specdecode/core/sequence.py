@@ -35,7 +35,8 @@ class GenerationConfig:
 class DraftLength:
     """Draft length γ for the next step; optionally adaptive.
 
-    Adaptive rule (as transformers' assisted generation): γ += 2 after a fully accepted draft,
+    Adaptive rule (as transformers' assisted generation): γ += 2 after a fully accepted draft (the
+    accepted path reached the draft's deepest level: a whole chain, or one full branch of a tree),
     γ -= 1 after a rejection, always within [k_min, k_max]."""
 
     k: int
@@ -51,10 +52,10 @@ class DraftLength:
         if self.adaptive:
             self.k = min(max(self.k, self.k_min), self.k_max)
 
-    def update(self, drafted: int, accepted: int) -> None:
-        if not self.adaptive or drafted == 0:
+    def update(self, depth: int, accepted: int) -> None:
+        if not self.adaptive or depth == 0:
             return
-        step = 2 if accepted == drafted else -1
+        step = 2 if accepted == depth else -1
         self.k = min(max(self.k + step, self.k_min), self.k_max)
 
 

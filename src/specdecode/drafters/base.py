@@ -59,6 +59,7 @@ class Drafter(ABC):
     name: ClassVar[str]
     Options: ClassVar[type] = NoOptions
     uses_features: ClassVar[bool] = False  # True: the engine calls `observe_features`
+    uses_logits: ClassVar[bool] = False  # True: the engine calls `observe_logits`
     requires: ClassVar[tuple[type, ...]] = ()  # target capabilities (`models.target`) it needs
 
     @classmethod
@@ -98,6 +99,13 @@ class Drafter(ABC):
     def observe_features(self, seq: "Sequence", hidden: torch.Tensor) -> None:
         """The target's hidden states [T, H] of the positions it just added to the sequence's
         cache, in order: the prompt after prefill, then the root and accepted path each step."""
+
+    def observe_logits(self, seq: "Sequence", tokens: list[int], logits: torch.Tensor) -> None:
+        """After each verification: `tokens` [a + 1], the root (pending) token and the accepted
+        path, and `logits` [a + 1, V], the target's rows for them (each predicts the next)."""
+
+    def finish(self, seq: "Sequence") -> None:
+        """Told once when a sequence has finished (not when it was cancelled)."""
 
     @property
     def default_k(self) -> int:

@@ -83,3 +83,23 @@ def test_resume_with_other_settings_exits_2(bench_args, capsys):
     assert main(argv) == 0
     assert main(argv + ["--resume", "--max-new-tokens", "7"]) == 2
     assert "max_new_tokens" in capsys.readouterr().err
+
+
+def memory_of(out) -> str:
+    return json.loads((out / "bench.json").read_text())["info"]["methods"]["suffix"]
+
+
+def test_bench_starts_every_prompt_without_memory_unless_asked(bench_args, capsys):
+    out, argv = bench_args
+    argv = [a if a != "ar,lookup,hf" else "ar,suffix" for a in argv]
+    assert main(argv) == 0
+    assert "no memory" in memory_of(out)
+    assert main(argv + ["--cross-request-memory", "--out", str(out.with_name("memory"))]) == 0
+    assert "memory 65536 tokens" in memory_of(out.with_name("memory"))
+
+
+def test_cross_request_memory_with_repeats_exits_2_with_one_line(bench_args, capsys):
+    out, argv = bench_args
+    assert main(argv + ["--cross-request-memory", "--repeats", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--repeats 1" in err and len(err.splitlines()) == 1

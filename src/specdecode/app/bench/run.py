@@ -39,6 +39,9 @@ def run_bench(args: argparse.Namespace) -> int:
 
     if args.limit < 1 or args.repeats < 1 or args.max_new_tokens < 1:
         raise InvalidParameterError("--limit, --repeats and --max-new-tokens must be >= 1")
+    if args.cross_request_memory and args.repeats != 1:
+        raise InvalidParameterError("--cross-request-memory needs --repeats 1: a repeat would "
+                                    "draft from its own earlier run")
     if args.temperature < 0:
         raise InvalidParameterError(f"--temperature must be >= 0, got {args.temperature}")
     sweep = _parse_sweep(args.sweep_k)
@@ -64,6 +67,8 @@ def run_bench(args: argparse.Namespace) -> int:
     # --draft-model is the draft model when one runs (`draft`, `hf-assisted`); learned drafters
     # then take the heads shipped for the model
     overrides = {"draft_model": None} if {"draft", "hf-assisted"} & set(methods) else {}
+    if not args.cross_request_memory:
+        overrides["memory_tokens"] = 0  # every prompt starts clean
     decoders = {}
     for m in methods:
         if m in PEERS or m in left_out:
@@ -92,7 +97,8 @@ def run_bench(args: argparse.Namespace) -> int:
     settings = {"model": model.key, "backend": model.backend, "dtype": args.dtype,
                 "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                 "questions": args.questions or "shipped", "k": args.k, "adaptive": args.adaptive,
-                "options": drafter_values(args), "hf_lookup_tokens": args.hf_lookup_tokens}
+                "options": drafter_values(args), "hf_lookup_tokens": args.hf_lookup_tokens,
+                "cross_request_memory": args.cross_request_memory}
     out = Path(args.out)
     store = RecordStore(out, settings, args.resume)
     questions = select(load_questions(args.questions), args.limit)
@@ -137,7 +143,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
     todo = [j for j in jobs if store.get((j[0]["question_id"], j[1], j[3], j[2])) is None]
     if todo:
-        warm = prompt_ids(questions[0], 1)
+        # not a benchmark prompt: a memory of earlier outputs must not have seen any of them
+        warm = model.encode_prompt("Say hello.")
         for label in labels:  # one-time allocations are not part of any measurement
             run(label, warm, 4, 0)
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="bench", unit="run")

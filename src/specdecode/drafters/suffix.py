@@ -1,0 +1,308 @@
+"""`suffix`: a training-free token tree from what has already been seen.
+
+Candidates for the token after any path in the tree come from three sources:
+- the context (prompt and output so far): the tokens that followed the path's longest suffix
+  seen before, most frequent first (SuffixDecoding, Oliaro et al. 2024; prompt lookup is its
+  one-branch case);
+- earlier outputs of this process on the same model (`Memory`: bounded, off with memory-tokens 0);
+- the target's own top tokens after the path's last token, recorded whenever that token was
+  verified (Token Recycling, Luo et al. 2024): free, the logits exist anyway.
+Each candidate belongs to a *class* (source, n-gram length, rank among its siblings) whose
+acceptance rate this sequence measures as it goes, starting from a weak prior. The tree grows
+best-first: a node's chance of lying on the accepted path is its parent's chance times its class's
+rate, and a node joins while its chance pays for its row at the target's measured row cost
+(`core.cost`), i.e. while it raises the expected tokens per second of the step. With no paying
+candidate the step decodes plainly. Everything is a deterministic function of what was seen, so
+verification treats the tree as a draft without q: lossless, greedy and sampling.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from ..core.cost import RowCost, row_cost
+from ..core.tree import ROOT
+from ..errors import InvalidParameterError
+from .base import EMPTY_DRAFT, Draft, Drafter, option, register
+
+Key = tuple[int, ...]
+Class = tuple[str, int, int]  # (source, n-gram length or 0, rank among the source's candidates)
+
+# First-token acceptance of a lookup match by its length, measured over Spec-Bench outputs of the
+# default model (BENCHMARKS.md, "Token trees without training"); a rank below the first is
+# divided by (1 + 2 rank). Priors only: each sequence's own verdicts outweigh them within steps.
+CONTEXT_PRIOR = (0.27, 0.42, 0.56, 0.70, 0.82)
+MEMORY_DISCOUNT = 0.7  # an earlier request's continuation is less likely than this one's own
+RECYCLED_PRIOR = 0.25
+PRIOR_WEIGHT = 2.0
+MAX_RANK = 3  # ranks from here on share one class
+
+
+class NgramTable:
+    """The continuations of every n-gram (n = 1..n_max) in some token streams, with how often and
+    how recently each followed: key -> {token: [count, stamp]}."""
+
+    def __init__(self, n_max: int) -> None:
+        self.n_max = n_max
+        self.next: dict[Key, dict[int, list[int]]] = {}
+        self.clock = 0
+
+    def count(self, tokens: list[int], start: int = 1, sign: int = 1) -> None:
+        """Add (sign 1) or remove (-1) the continuation at each position >= start of `tokens`
+        (one stream: n-grams never span two calls' streams)."""
+        for i in range(max(start, 1), len(tokens)):
+            self.clock += 1
+            token = tokens[i]
+            for n in range(1, min(self.n_max, i) + 1):
+                key = tuple(tokens[i - n : i])
+                counts = self.next.setdefault(key, {})
+                entry = counts.setdefault(token, [0, 0])
+                entry[0] += sign
+                entry[1] = self.clock
+                if entry[0] <= 0:
+                    del counts[token]
+                    if not counts:
+                        del self.next[key]
+
+    def continuations(self, suffix: Key) -> tuple[int, list[int]]:
+        """(n, tokens): the continuations of the longest n-gram ending `suffix` that was seen,
+        most frequent first (ties: most recent first); (0, []) when none was."""
+        for n in range(min(len(suffix), self.n_max), 0, -1):
+            counts = self.next.get(suffix[len(suffix) - n :])
+            if counts:
+                return n, sorted(counts, key=lambda t: counts[t], reverse=True)
+        return 0, []
+
+
+class Memory:
+    """Earlier outputs of one model in this process: their n-gram continuations and the target's
+    recycled top tokens, for drafting later requests. Bounded: past `capacity` tokens the oldest
+    output is forgotten. Thread-safe (a server's requests share it)."""
+
+    def __init__(self, n_max: int, capacity: int) -> None:
+        self.table = NgramTable(n_max)
+        self.recycled: dict[int, list[int]] = {}
+        self.capacity = capacity
+        self.outputs: deque[list[int]] = deque()
+        self.size = 0
+        self.lock = threading.Lock()
+
+    def add(self, output: list[int], recycled: dict[int, list[int]]) -> None:
+        with self.lock:
+            self.table.count(output)
+            self.outputs.append(output)
+            self.size += len(output)
+            while self.size > self.capacity and self.outputs:
+                old = self.outputs.popleft()
+                self.table.count(old, sign=-1)
+                self.size -= len(old)
+            self.recycled.update(recycled)
+
+    def continuations(self, suffix: Key) -> tuple[int, list[int]]:
+        with self.lock:
+            return self.table.continuations(suffix)
+
+    def recycled_after(self, token: int) -> list[int]:
+        with self.lock:
+            return self.recycled.get(token, [])
+
+
+# never shared between models: by (model key, n_max, capacity)
+_MEMORIES: dict[tuple[str, int, int], Memory] = {}
+_MEMORIES_LOCK = threading.Lock()
+
+
+def shared_memory(model_key: str, n_max: int, capacity: int) -> Memory:
+    with _MEMORIES_LOCK:
+        return _MEMORIES.setdefault((model_key, n_max, capacity), Memory(n_max, capacity))
+
+
+@dataclass
+class Proposal:
+    """The tree awaiting its verdict: where it hangs and each node's token, parent and class."""
+
+    length: int  # the context's length when proposed: the accepted tokens follow it
+    tokens: list[int]
+    parents: list[int]
+    classes: list[Class]
+
+
+@dataclass
+class SuffixState:
+    """One sequence's tables and record."""
+
+    table: NgramTable
+    indexed: int = 0  # context tokens counted in `table`
+    recycled: dict[int, list[int]] = field(default_factory=dict)  # token -> target's top tokens
+    reached: dict[Class, float] = field(default_factory=dict)  # siblings tried, by class
+    accepted: dict[Class, float] = field(default_factory=dict)  # of them accepted
+    pending: Proposal | None = None
+
+
+@register("suffix")
+class SuffixTree(Drafter):
+    uses_logits = True
+
+    @dataclass(frozen=True)
+    class Options:
+        ngram_max: int = option(5, "longest n-gram matched; longer matches count as this long")
+        max_depth: int = option(8, "deepest draft path")
+        branches: int = option(3, "most candidates tried after any one path")
+        memory_tokens: int = option(
+            65536, "tokens of earlier outputs kept across requests in this process (0: none; "
+            "bench keeps none unless --cross-request-memory)")
+
+        def __post_init__(self) -> None:
+            if self.ngram_max < 1 or self.max_depth < 1 or self.branches < 1:
+                raise InvalidParameterError(
+                    "need ngram-max, max-depth and branches >= 1, got "
+                    f"{self.ngram_max}, {self.max_depth}, {self.branches}")
+            if self.memory_tokens < 0:
+                raise InvalidParameterError(f"need memory-tokens >= 0, got {self.memory_tokens}")
+
+    def __init__(self, options: Options = Options(), row_cost: RowCost | float = 0.0,
+                 memory: Memory | None = None) -> None:
+        self.options = options
+        self.row_cost = row_cost if isinstance(row_cost, RowCost) else RowCost.flat(row_cost)
+        self.memory = memory
+
+    @classmethod
+    def create(cls, model, options: Options) -> "SuffixTree":
+        memory = (shared_memory(model.key, options.ngram_max, options.memory_tokens)
+                  if options.memory_tokens else None)
+        return cls(options, row_cost(model), memory)
+
+    @classmethod
+    def tune_candidates(cls, model, draft_model: str | None) -> list[dict]:
+        return [{"k": k, "branches": b} for b in (1, 3) for k in (8, 16)]
+
+    @property
+    def default_k(self) -> int:
+        return 16  # the most nodes a tree has; the row cost decides how many it does
+
+    def describe(self) -> str:
+        o = self.options
+        memory = f"memory {o.memory_tokens} tokens" if self.memory else "no memory"
+        return (f"suffix tree (n-gram {o.ngram_max}, depth {o.max_depth}, {o.branches} branches, "
+                f"{memory}, row cost {self.row_cost})")
+
+    def start(self, seq) -> None:
+        seq.drafter_state = SuffixState(NgramTable(self.options.ngram_max))
+
+    def observe_logits(self, seq, tokens: list[int], logits: torch.Tensor) -> None:
+        """tokens [a + 1]: the pending token and the accepted path; logits [a + 1, V]: the
+        target's rows for them, each predicting the token after its own."""
+        top = logits.topk(self.options.branches, dim=-1).indices.tolist()
+        seq.drafter_state.recycled.update(zip(tokens, top))
+
+    def finish(self, seq) -> None:
+        if self.memory is not None:
+            self.memory.add(seq.generated, seq.drafter_state.recycled)
+
+    def propose(self, seq, k: int) -> Draft:
+        if seq.drafter_state is None:
+            self.start(seq)
+        state: SuffixState = seq.drafter_state
+        self._settle(state, seq.tokens, seq.length)
+        cost = self.row_cost.at(seq.length)
+        n_max = self.options.ngram_max
+        tail = tuple(seq.tokens[max(0, seq.length - n_max) : seq.length].tolist())
+        tokens: list[int] = []
+        parents: list[int] = []
+        classes: list[Class] = []
+        depths: list[int] = []
+        gained = 0.0  # expected accepted tokens of the nodes taken
+        frontier: list[tuple[float, int, int, int, Class, Key]] = []  # max-heap by chance
+        order = itertools.count()  # breaks ties between equal chances in the order found
+        self._push(frontier, order, state, tail, 1.0, ROOT)
+        while frontier and len(tokens) < k:
+            neg_chance, _, parent, token, cls, suffix = heapq.heappop(frontier)
+            chance = -neg_chance
+            # a node raises (1 + gained) / (1 + cost * nodes) iff its chance exceeds this
+            if chance <= cost * (1 + gained) / (1 + cost * len(tokens)):
+                break
+            node = len(tokens)
+            tokens.append(token)
+            parents.append(parent)
+            classes.append(cls)
+            depths.append(1 if parent == ROOT else depths[parent] + 1)
+            gained += chance
+            if depths[node] < self.options.max_depth:
+                self._push(frontier, order, state, (suffix + (token,))[-n_max:], chance, node)
+        if not tokens:
+            state.pending = None
+            return EMPTY_DRAFT
+        state.pending = Proposal(seq.length, tokens, parents, classes)
+        return Draft(torch.tensor(tokens, dtype=torch.long), None,
+                     parents=torch.tensor(parents, dtype=torch.long))
+
+    def _push(self, frontier: list, order: itertools.count, state: SuffixState, suffix: Key,
+              chance: float, parent: int) -> None:
+        """Push the candidates after `suffix` (the path ending at node `parent`) onto the
+        frontier, each with its chance of being on the accepted path."""
+        for token, cls in self._candidates(state, suffix):
+            child = chance * self._rate(state, cls)
+            heapq.heappush(frontier, (-child, next(order), parent, token, cls, suffix))
+
+    def _candidates(self, state: SuffixState, suffix: Key) -> list[tuple[int, Class]]:
+        """Up to `branches` distinct tokens after `suffix`: the context's continuations, then
+        memory's, then the target's recycled top tokens."""
+        found: dict[int, Class] = {}
+        sources = [("context", state.table.continuations(suffix))]
+        if self.memory is not None:
+            sources.append(("memory", self.memory.continuations(suffix)))
+        recycled = state.recycled.get(suffix[-1]) if suffix else None
+        if recycled is None and self.memory is not None and suffix:
+            recycled = self.memory.recycled_after(suffix[-1])
+        sources.append(("recycled", (0, recycled or [])))
+        for source, (n, candidates) in sources:
+            for rank, token in enumerate(candidates):
+                if len(found) == self.options.branches:
+                    return list(found.items())
+                found.setdefault(token, (source, n, min(rank, MAX_RANK)))
+        return list(found.items())
+
+    def _rate(self, state: SuffixState, cls: Class) -> float:
+        """This sequence's acceptance rate of a class, with PRIOR_WEIGHT pseudo-observations."""
+        source, n, rank = cls
+        if source == "recycled":
+            prior = RECYCLED_PRIOR
+        else:
+            prior = CONTEXT_PRIOR[min(n, len(CONTEXT_PRIOR)) - 1]
+            prior *= MEMORY_DISCOUNT if source == "memory" else 1.0
+        prior /= 1 + 2 * rank
+        seen, hit = state.reached.get(cls, 0.0), state.accepted.get(cls, 0.0)
+        return (hit + PRIOR_WEIGHT * prior) / (seen + PRIOR_WEIGHT)
+
+    def _settle(self, state: SuffixState, context: torch.Tensor, length: int) -> None:
+        """Count the context tokens not yet counted, and record the last tree's verdict: walk it
+        along the tokens that followed it (the accepted path, then a token that matches no child
+        of where the path ended, or the path ended at a leaf)."""
+        new = context[max(0, state.indexed - self.options.ngram_max) : length].tolist()
+        state.table.count(new, start=min(state.indexed, self.options.ngram_max))
+        state.indexed = length
+        proposal, state.pending = state.pending, None
+        if proposal is None:
+            return
+        children: dict[int, list[int]] = {}
+        for node, parent in enumerate(proposal.parents):
+            children.setdefault(parent, []).append(node)
+        row = ROOT
+        for token in context[proposal.length : length].tolist():
+            match = None
+            for node in children.get(row, []):
+                cls = proposal.classes[node]
+                state.reached[cls] = state.reached.get(cls, 0.0) + 1
+                if proposal.tokens[node] == token:
+                    state.accepted[cls] = state.accepted.get(cls, 0.0) + 1
+                    match = node
+            if match is None:
+                return
+            row = match
+
