@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 import torch
 
 from specdecode.core.tree import TokenTree
+from specdecode.models.target import hidden_each
 from specdecode.rope import tables
 
 
@@ -113,6 +114,9 @@ class MockTarget:
     def hidden(self, cache: MockCache, tokens: torch.Tensor,
                tree: TokenTree | None = None) -> torch.Tensor:
         return self._forward(cache, tokens, tree).float()
+
+    def hidden_batch(self, steps) -> list[torch.Tensor]:
+        return hidden_each(self, steps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return (hidden.double() @ self.lm_head.T).float()

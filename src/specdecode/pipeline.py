@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from .core.batch import Request, generate_batch
 from .core.engine import Chunk, GenerationResult, collect, stream
 from .core.sampling import SamplingParams
 from .core.sequence import DraftLength, GenerationConfig
 from .drafters import Drafter, drafter_class
+from .errors import InvalidParameterError
 from .models import DEFAULT_MODEL, LoadedModel, load_model
 from .spec import DecodingSpec, resolve
 
@@ -51,7 +53,7 @@ class SpecDecoder:
     def prompt_ids(self, prompt: str | list[int], chat: bool = True) -> list[int]:
         return list(prompt) if isinstance(prompt, list) else self.model.encode_prompt(prompt, chat)
 
-    def stream(
+    def request(
         self,
         prompt: str | list[int],
         *,
@@ -63,17 +65,35 @@ class SpecDecoder:
         stop: tuple[str, ...] = (),
         chat: bool = True,
         k: int | None = None,
-    ) -> Iterator[Chunk]:
-        """Yield text deltas as steps complete; the last chunk carries finish_reason and stats.
-        A str prompt is tokenized (with the chat template unless chat=False); a list is token ids.
-        `k` overrides the decoder's draft length for this call only."""
+    ) -> Request:
+        """One generation's request: a str prompt is tokenized (with the chat template unless
+        chat=False), a list is token ids; `k` overrides the decoder's draft length for this
+        request only."""
         config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p), seed,
                                   tuple(stop))
         k = self.k if k is None else k
         length = DraftLength(k, self.adaptive, 1, max(self.k_max, k)) if k else None
-        return stream(self.model.target, self.drafter, self.prompt_ids(prompt, chat), config,
-                      length, self.model.eos_token_ids, self.model.decode)
+        return Request(self.prompt_ids(prompt, chat), config, self.drafter, length)
+
+    def stream(self, prompt: str | list[int], **kwargs: Any) -> Iterator[Chunk]:
+        """Yield text deltas as steps complete; the last chunk carries finish_reason and stats.
+        Arguments as `request`."""
+        r = self.request(prompt, **kwargs)
+        return stream(self.model.target, r.drafter, r.prompt, r.config, r.draft_length,
+                      self.model.eos_token_ids, self.model.decode)
 
     def generate(self, prompt: str | list[int], **kwargs) -> GenerationResult:
         """Same arguments as `stream`; returns the whole result."""
         return collect(self.stream(prompt, **kwargs))
+
+    def generate_batch(self, prompts: list[str | list[int]], *, max_batch: int = 8,
+                       seed: int | None = None, **kwargs: Any) -> list[GenerationResult]:
+        """Several prompts at once, up to `max_batch` sharing each target forward; results in
+        the order of `prompts`, each the same as `generate` would give it alone (prompt i is
+        seeded with seed + i when a seed is given). Other arguments as `request`."""
+        if max_batch < 1:
+            raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
+        requests = [self.request(prompt, seed=None if seed is None else seed + i, **kwargs)
+                    for i, prompt in enumerate(prompts)]
+        return generate_batch(self.model.target, requests, max_batch, self.model.eos_token_ids,
+                              self.model.decode)

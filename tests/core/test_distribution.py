@@ -230,3 +230,26 @@ def test_broken_tree_verifier_is_detected_through_suffix(monkeypatch, target_mod
     residual between them is rejected at alpha = 0.01."""
     monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_tree_without_sibling_residual)
     assert speculative_pvalue(target_model, suffix_drafter(), T1, 2) < ALPHA
+
+
+# Batched: the runs go through `core.batch` eight at a time, every sequence with its own seed, so
+# each forward holds eight sequences' rows (and trees); each must still sample from the target.
+
+
+def batched_pvalue(target_model, drafter, params: SamplingParams, k: int) -> float:
+    from specdecode.core.batch import Request, generate_batch
+
+    target = NativeLlama.from_hf(target_model)
+    requests = [Request(PROMPT, GenerationConfig(LENGTH, params, seed=seed), drafter,
+                        DraftLength(k)) for seed in SPEC_SEEDS]
+    spec = Counter(tuple(r.token_ids) for r in generate_batch(target, requests, max_batch=8))
+    return homogeneity_pvalue(spec, plain_outcomes(target_model, params))
+
+
+def test_batched_tree_speculative_sampling_matches_plain_sampling(target_model):
+    assert batched_pvalue(target_model, suffix_drafter(), T1, 2) > ALPHA
+
+
+def test_broken_tree_verifier_is_detected_in_a_batch(monkeypatch, target_model):
+    monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_tree_without_sibling_residual)
+    assert batched_pvalue(target_model, suffix_drafter(), T1, 2) < ALPHA

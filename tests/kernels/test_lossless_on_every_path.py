@@ -51,3 +51,29 @@ def test_greedy_speculative_output_equals_plain_greedy_output_on_every_path(kern
     result = generate(target, drafter, PROMPT, config, DraftLength(k))
     assert result.token_ids == plain.token_ids
     assert result.stats.accepted > 0  # verification steps of several rows were kept
+
+
+def test_sixteen_batched_greedy_requests_equal_each_request_alone_on_every_path(kernel_path,
+                                                                                tiny_llama):
+    """Mixed prompts and methods (plain, lookup, suffix, eagle, medusa trees) in one batch: every
+    request's tokens are those it gets alone, so a request's output never depends on the load."""
+    from specdecode.core.batch import Request, generate_batch
+    from specdecode.drafters.suffix import SuffixTree
+
+    model = tiny_llama(21, vocab=V, layers=2)
+    target = NativeLlama.from_hf(model, kernels=kernel_path)
+    drafters = {name: pair for name, pair in _drafters(target, model).items()}
+    drafters["plain"] = (NoDrafter(), None)
+    drafters["suffix"] = (SuffixTree(SuffixTree.Options(memory_tokens=0), row_cost=0.05), 8)
+    names = sorted(drafters)
+    requests = []
+    for i in range(16):
+        drafter, k = drafters[names[i % len(names)]]
+        prompt = PROMPT[i % 5 :] + [12 + i % 7, 13, 5 + i % 3]
+        requests.append(Request(prompt, GenerationConfig(12 + 5 * (i % 4), SamplingParams()),
+                                drafter, DraftLength(k) if k else None))
+    alone = [generate(target, r.drafter, r.prompt, r.config, r.draft_length).token_ids
+             for r in requests]
+    together = generate_batch(target, requests, max_batch=16)
+    assert [r.token_ids for r in together] == alone
+    assert sum(r.stats.accepted for r in together) > 0

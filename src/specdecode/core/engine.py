@@ -18,7 +18,7 @@ from typing import Sequence as Tokens
 
 import torch
 
-from ..drafters.base import EMPTY_DRAFT, Drafter
+from ..drafters.base import EMPTY_DRAFT, Draft, Drafter
 from ..errors import InvalidParameterError, PromptTooLongError
 from ..models.target import Target
 from .detokenize import IncrementalText
@@ -61,28 +61,68 @@ def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: Generat
     return seq
 
 
+@dataclass
+class _Planned:
+    """One sequence's part of a step between proposing and committing."""
+
+    drafter: Drafter
+    seq: Sequence
+    draft: Draft
+    draft_seconds: float
+
+    @property
+    def rows(self) -> torch.Tensor:
+        """[N + 1] int64: the pending token, then the draft's nodes."""
+        n = self.seq.length
+        return torch.cat([self.seq.tokens[n - 1 : n], self.draft.tree.tokens])
+
+
 def step(target: Target, drafter: Drafter, seq: Sequence,
          eos_token_ids: frozenset[int] = frozenset()) -> Chunk:
     """One target forward for `seq`: propose, score, verify, commit. Returns the step's Chunk (the
     last one, with finish_reason and stats, once the sequence is done)."""
-    clock, n, stats = time.perf_counter, seq.length, seq.stats
-    budget = min(seq.config.max_new_tokens - stats.new_tokens, target.max_length - n)
+    return step_batch(target, [(drafter, seq)], eos_token_ids)[0]
+
+
+def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
+               eos_token_ids: frozenset[int] = frozenset()) -> list[Chunk]:
+    """One target forward for several unfinished sequences, each with its own drafter: every
+    sequence proposes, the rows of all of them are scored together (each against its own cache),
+    then each is verified and committed alone. A sequence's tokens are the same as stepped alone:
+    the target computes a row the same way whatever else the forward holds."""
+    clock = time.perf_counter
+    planned = []
+    for drafter, seq in work:  # 1 propose
+        t0 = clock()
+        planned.append(_Planned(drafter, seq, _propose(target, drafter, seq), clock() - t0))
+    t1 = clock()  # 2 score every pending token and draft in one target forward
+    hiddens = target.hidden_batch([(p.seq.cache, p.rows, p.draft.tree) for p in planned])
+    logits = target.logits(torch.cat(hiddens)).split([h.shape[0] for h in hiddens])
+    forward_seconds = clock() - t1
+    return [_commit(p, h, lg, forward_seconds, target.max_length, eos_token_ids)
+            for p, h, lg in zip(planned, hiddens, logits)]
+
+
+def _propose(target: Target, drafter: Drafter, seq: Sequence) -> Draft:
+    stats = seq.stats
+    budget = min(seq.config.max_new_tokens - stats.new_tokens, target.max_length - seq.length)
     gamma = min(seq.draft_length.k if seq.draft_length else 0, budget - 1)
-    # 1 propose
-    t0 = clock()
-    draft = drafter.propose(seq, gamma) if gamma > 0 else EMPTY_DRAFT
-    t1 = clock()
-    # 2 score the pending token and the draft in one target forward
+    return drafter.propose(seq, gamma) if gamma > 0 else EMPTY_DRAFT
+
+
+def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_seconds: float,
+            max_length: int, eos_token_ids: frozenset[int]) -> Chunk:
+    """Verify one sequence's rows (hidden, logits: [N + 1, H], [N + 1, V]) and commit."""
+    drafter, seq, draft, stats, n = p.drafter, p.seq, p.draft, p.seq.stats, p.seq.length
+    t2 = time.perf_counter()
     tree = draft.tree
-    hidden = target.hidden(seq.cache, torch.cat([seq.tokens[n - 1 : n], tree.tokens]), tree)
-    logits = target.logits(hidden)  # [N + 1, V]
     # 3 verify
     if seq.sampling.greedy:
         verdict = verify_greedy(tree, logits)
     else:
         verdict = verify_sampling(tree, draft.q, probabilities(logits, seq.sampling),
                                   seq.generator)
-    t2 = clock()
+    verify_seconds = forward_seconds + time.perf_counter() - t2
     # 4 commit: node i sits at cache position n + i, behind the pending token at n - 1
     seq.cache.compact(n, [n + i for i in verdict.path])
     drafter.observe(seq, verdict.accepted)
@@ -100,12 +140,12 @@ def step(target: Target, drafter: Drafter, seq: Sequence,
         if token in eos_token_ids:  # EOS ends the text but was still confirmed (counts for τ)
             new, seq.finish_reason, confirmed = new[:i], "stop", i + 1
             break
-    stats.observe(len(tree), verdict.accepted, len(new), confirmed, draft.forwards, t1 - t0,
-                  t2 - t1, tree.depth)
+    stats.observe(len(tree), verdict.accepted, len(new), confirmed, draft.forwards,
+                  p.draft_seconds, verify_seconds, tree.depth)
     seq.tokens[n : n + len(new)] = torch.tensor(new, dtype=torch.long)
     seq.length += len(new)
     if seq.finish_reason is None and (stats.new_tokens >= seq.config.max_new_tokens
-                                      or seq.length >= target.max_length):
+                                      or seq.length >= max_length):
         seq.finish_reason = "length"
     delta = seq.text.push(new) if seq.text else ""
     if seq.text and seq.text.stopped:

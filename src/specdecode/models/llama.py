@@ -223,7 +223,20 @@ class NativeLlama:
         """`HeadLayer.run`: the layers on input vectors x [T, H]."""
         return self.run_layers(cache, x, positions, mask)
 
-    @torch.inference_mode()
+    def hidden_batch(self, steps: Sequence[tuple[StaticKVCache, torch.Tensor, TokenTree | None]]
+                     ) -> list[torch.Tensor]:
+        """`hidden` for several sequences in one pass over the weights: (cache, tokens [T_i],
+        tree or None) each -> [T_i, H] each. The rows of all of them go through every matrix
+        together (the kernels compute a row the same way whatever else is in the call); each
+        sequence's rows attend to its own cache only."""
+        segments = []
+        for cache, tokens, tree in steps:
+            positions, mask = (None, None) if tree is None or tree.is_chain \
+                else tree.attention(cache.length)
+            segments.append(Segment(cache, tokens.shape[0], positions, mask))
+        x = self.embedding(torch.cat([tokens for _, tokens, _ in steps]))
+        return list(self.run_segments(segments, x).split([s.rows for s in segments]))
+
     def run_layers(self, cache: StaticKVCache, x: torch.Tensor,
                    positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                    layers: Sequence[int] | None = None) -> torch.Tensor:
@@ -233,24 +246,51 @@ class NativeLlama:
 
         positions: [T] rotary positions (default start..start+T-1); mask: [T, start + T] bool, True
         where a row may attend (default causal over the cache and the new rows)."""
-        T, start = x.shape[0], cache.length
-        cache.reserve(T)
-        if self._cos.shape[0] < cache.capacity:
-            self._rope_cache(cache.capacity)
-        if positions is None:
-            positions = torch.arange(start, start + T)
-        assert mask is None or mask.shape == (T, start + T), (mask.shape, T, start)
+        return self.run_segments([Segment(cache, x.shape[0], positions, mask)], x, layers)
+
+    @torch.inference_mode()
+    def run_segments(self, segments: Sequence["Segment"], x: torch.Tensor,
+                     layers: Sequence[int] | None = None) -> torch.Tensor:
+        """`run_layers` for consecutive row segments of x [sum of rows, H], each its own
+        sequence's: the matrices and pointwise steps see all rows at once, attention each
+        segment against its own cache."""
+        starts = []
+        for seg in segments:
+            starts.append(seg.cache.length)
+            seg.cache.reserve(seg.rows)
+            if self._cos.shape[0] < seg.cache.capacity:
+                self._rope_cache(seg.cache.capacity)
+            assert seg.mask is None or seg.mask.shape == (seg.rows, starts[-1] + seg.rows), \
+                (seg.mask.shape, seg.rows, starts[-1])
+        positions = [torch.arange(start, start + seg.rows) if seg.positions is None
+                     else seg.positions for seg, start in zip(segments, starts)]
+        bounds = [0]
+        for seg in segments:
+            bounds.append(bounds[-1] + seg.rows)
         k = self.kernels
         for i in range(self.num_layers) if layers is None else layers:
             w = self.layers[i]
             h = x if w.input_norm is None else k.rms_norm(x, w.input_norm, self.eps)
-            o = k.attention(w.qkv(h), cache.keys[i], cache.values[i], self._cos, self._sin,
-                            positions, mask, start, self.num_heads)  # [T, heads d]
-            x = x + w.out(o)
+            qkv = w.qkv(h)
+            o = [k.attention(qkv[a:b], seg.cache.keys[i], seg.cache.values[i], self._cos,
+                             self._sin, pos, seg.mask, start, self.num_heads)  # [rows, heads d]
+                 for seg, start, pos, a, b in zip(segments, starts, positions, bounds, bounds[1:])]
+            x = x + w.out(o[0] if len(o) == 1 else torch.cat(o))
             x = x + w.down(k.silu_mul(w.gate_up(k.rms_norm(x, w.post_norm, self.eps))))
-        cache.length = start + T
+        for seg, start in zip(segments, starts):
+            seg.cache.length = start + seg.rows
         return x if self.norm is None else k.rms_norm(x, self.norm, self.eps)
 
+
+@dataclass(frozen=True)
+class Segment:
+    """One sequence's rows in a batched pass: its cache, how many rows, and for a tree their
+    rotary positions [rows] and attention mask [rows, cache.length + rows] (None: causal)."""
+
+    cache: StaticKVCache
+    rows: int
+    positions: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
 
 def layer_shape(config) -> dict:
     """The sizes of one decoder layer of a transformers config (`FeatureTarget.layer_shape`)."""

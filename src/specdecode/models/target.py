@@ -54,6 +54,13 @@ class Target(Protocol):
         cache and its ancestors."""
         ...
 
+    def hidden_batch(self, steps: Sequence[tuple[KVCache, torch.Tensor, TokenTree | None]]
+                     ) -> list[torch.Tensor]:
+        """`hidden` for several sequences at once, (cache, tokens, tree) each; a sequence's hidden
+        states are the same as alone (a target that cannot batch runs them one by one:
+        `hidden_each`)."""
+        ...
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head: hidden [T, H] -> logits [T, V] (float32)."""
         ...
@@ -71,6 +78,12 @@ class Target(Protocol):
         """Bytes of weights one step reads: every matrix, the embedding table only when the LM
         head is it (a step gathers a few of its rows otherwise)."""
         ...
+
+
+def hidden_each(target: Target, steps: Sequence[tuple[KVCache, torch.Tensor, TokenTree | None]]
+                ) -> list[torch.Tensor]:
+    """`Target.hidden_batch` one sequence at a time."""
+    return [target.hidden(cache, tokens, tree) for cache, tokens, tree in steps]
 
 
 def forward(target: Target, cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
@@ -185,6 +198,9 @@ class HFTarget:
                                            cache=cache.cache, use_cache=True)
         cache.length += tokens.shape[0]
         return out.last_hidden_state[0]  # [T, H]
+
+    def hidden_batch(self, steps) -> list[torch.Tensor]:
+        return hidden_each(self, steps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
