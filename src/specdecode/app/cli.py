@@ -159,6 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--served-model-name",
                    help="model id reported by /v1/models and accepted in requests "
                         "(default: --model as given)")
+    v.add_argument("--max-batch", type=int, default=8,
+                   help="requests generating at once, sharing each target forward (default 8); "
+                        "the rest wait in the queue")
+    v.add_argument("--api-key",
+                   help="require `Authorization: Bearer KEY` on /v1/ routes (default: the "
+                        "SPECDECODE_API_KEY environment variable; unset: open)")
+    v.add_argument("--max-body-bytes", type=int,
+                   help="larger request bodies get 413 before they are read (default 4 MiB)")
     v.add_argument("--max-queue", type=int, default=16,
                    help="requests that may wait for the engine; more get 503 (default 16)")
     v.add_argument("--request-timeout", type=float, default=300.0,

@@ -28,13 +28,13 @@ def slow_model(tiny_real_vocab_model):
     """The tiny model with every target forward slowed down, so a generation takes seconds (plain
     decoding: one token per forward) and queueing, cancellation and timeouts can be observed."""
     model = load_model(str(tiny_real_vocab_model))
-    hidden = model.target.hidden  # the engine's one target forward per step
+    hidden_batch = model.target.hidden_batch  # the engine's one target forward per step
 
-    def slow_hidden(*args, **kwargs):
+    def slow_hidden_batch(*args, **kwargs):
         time.sleep(STEP_DELAY)
-        return hidden(*args, **kwargs)
+        return hidden_batch(*args, **kwargs)
 
-    model.target.hidden = slow_hidden
+    model.target.hidden_batch = slow_hidden_batch
     return model
 
 

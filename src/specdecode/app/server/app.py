@@ -29,6 +29,7 @@ from ...errors import InvalidParameterError, SpecDecodeError
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
 from . import responses
+from .guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
 from .metrics import RequestMetricsMiddleware, ServerMetrics
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 from .worker import (
@@ -102,20 +103,22 @@ class ServerState:
 
 
 def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | None = None,
-               max_queue: int = 16, request_timeout: float = 300.0,
-               model_id: str | None = None) -> FastAPI:
+               max_queue: int = 16, max_batch: int = 8, request_timeout: float = 300.0,
+               model_id: str | None = None, api_key: str | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """Build the app around one loaded model.
 
     `decoder` serves requests that name no `speculative` method (a bare LoadedModel gets the
     tuned or default method); `options` (drafter options by name) configure the drafters that
-    requests ask for by name."""
+    requests ask for by name. Up to `max_batch` requests generate together (`core.batch`);
+    `api_key` (None: open) and `max_body_bytes` guard the routes (`guard.RequestGuard`)."""
     options = dict(options or {})
     if isinstance(decoder, LoadedModel):
         decoder = SpecDecoder(decoder, **options)
     if request_timeout <= 0:
         raise InvalidParameterError(f"request timeout must be > 0, got {request_timeout}")
     metrics = ServerMetrics()
-    worker = EngineWorker(DecoderCache(decoder, options), metrics, max_queue)
+    worker = EngineWorker(DecoderCache(decoder, options), metrics, max_queue, max_batch)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -128,7 +131,8 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     app.state.specdecode = ServerState(decoder.model, worker, metrics,
                                        model_id or decoder.model.name, request_timeout,
                                        int(time.time()))
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+    app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: counts 401 and 413
     _add_error_handlers(app)
     _add_routes(app)
     return app

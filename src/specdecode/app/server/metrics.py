@@ -48,6 +48,17 @@ class ServerMetrics:
                                   registry=r)
         self.busy = Gauge("specdecode_engine_busy", "1 while the engine runs a generation",
                           registry=r)
+        self.batch_size = Gauge("specdecode_batch_size",
+                                "Requests in the engine's batch (each step scores all of them)",
+                                registry=r)
+        self.steps = Counter("specdecode_steps", "Engine steps (one target forward each)",
+                             registry=r)
+        self.rows = Counter("specdecode_step_rows",
+                            "Rows scored by the target: one per request per step, plus draft rows "
+                            "(rows per step = rate(rows) / rate(steps))", registry=r)
+        self.draft_rows = Counter("specdecode_draft_rows",
+                                  "Rows holding draft tokens (their share = rate(draft_rows) / "
+                                  "rate(rows))", registry=r)
         self.generations = Counter("specdecode_generations", "Finished generations",
                                    ["method", "finish_reason"], registry=r)
         self.tokens = Counter("specdecode_generated_tokens",
@@ -71,6 +82,11 @@ class ServerMetrics:
         self.target_forwards.labels(method).inc(stats.target_forwards)
         self.drafted.labels(method).inc(stats.drafted)
         self.accepted.labels(method).inc(stats.accepted)
+
+    def observe_step(self, rows: int, draft_rows: int) -> None:
+        self.steps.inc()
+        self.rows.inc(rows)
+        self.draft_rows.inc(draft_rows)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

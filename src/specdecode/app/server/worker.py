@@ -1,11 +1,11 @@
-"""One engine, one thread, a bounded queue.
+"""One engine thread, a batch of running requests, a bounded queue.
 
-The model's KV cache is a single mutable buffer, so generations must run one at a time (batch size
-1). HTTP handlers run on the asyncio loop and must never block on the model; they submit a `Job` to
-`EngineWorker`, whose thread runs jobs in order and hands each chunk back to the loop with
-`call_soon_threadsafe`. The engine is a generator, so stopping a job early (client gone, time
-limit, shutdown) just means not asking it for the next step: the job's `cancelled` flag is checked
-between steps, and the engine is free one step later.
+HTTP handlers run on the asyncio loop and must never block on the model; they submit a `Job` to
+`EngineWorker`, whose thread admits up to `max_batch` jobs into one `core.batch.Batch` (each
+request has its own KV cache and drafter state) and steps them together: every step is one target
+forward over all their rows, and each job's chunk goes back to the loop with
+`call_soon_threadsafe`. A job's `cancelled` flag and deadline are checked between steps; a
+cancelled or timed-out job leaves the batch before the next step, freeing its place and cache.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import threading
 import time
 from typing import Any, Callable
 
+from ...core.batch import Batch
 from ...core.engine import Chunk
+from ...core.sequence import Sequence
 from ...errors import SpecDecodeError
 from ...pipeline import SpecDecoder
 from ...spec import resolve
@@ -120,14 +122,17 @@ class Job:
 
 
 class EngineWorker:
-    """Runs jobs one at a time on its own thread; at most `max_queue` wait (503 beyond that)."""
+    """Steps up to `max_batch` jobs together on its own thread; at most `max_queue` wait (503
+    beyond that)."""
 
-    def __init__(self, decoders: DecoderCache, metrics: ServerMetrics, max_queue: int = 16) -> None:
-        if max_queue < 1:
-            raise ValueError(f"max_queue must be >= 1, got {max_queue}")
+    def __init__(self, decoders: DecoderCache, metrics: ServerMetrics, max_queue: int = 16,
+                 max_batch: int = 8) -> None:
+        if max_queue < 1 or max_batch < 1:
+            raise ValueError(f"max_queue and max_batch must be >= 1, got {max_queue}, {max_batch}")
         self.decoders, self.metrics = decoders, metrics
+        self.max_batch = max_batch
         self._jobs: queue.Queue[Job] = queue.Queue(max_queue)
-        self._current: Job | None = None
+        self._running: dict[int, tuple[Job, Sequence]] = {}  # id(sequence) -> its job
         self._accepting = True
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -180,51 +185,72 @@ class EngineWorker:
                 self._jobs.get_nowait().fail(error)
             except queue.Empty:
                 break
-        current = self._current
-        if current is not None:
-            current.fail(error)
+        for job, _ in list(self._running.values()):
+            job.fail(error)
 
     def _run(self) -> None:
+        model = self.decoders.default.model
+        batch = Batch(model.target, model.eos_token_ids, model.decode)
         while not self._stop.is_set():
-            try:
-                job = self._jobs.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            self._current = job
-            self.metrics.busy.set(1)
-            try:
-                self._execute(job)
-            finally:
-                self._current = None
-                self.metrics.busy.set(0)
+            self._admit(batch)
+            self._leave_stopped(batch)
+            self.metrics.busy.set(1 if len(batch) else 0)
+            self.metrics.batch_size.set(len(batch))
+            if len(batch):
+                self._step(batch)
 
-    def _execute(self, job: Job) -> None:
-        if job.cancelled.is_set() or time.monotonic() >= job.deadline:
-            return  # the client left, or its time ran out, while the job was queued
-        chunks = None
+    def _admit(self, batch: Batch) -> None:
+        """Start queued jobs while the batch has room; wait briefly for one when it is empty."""
+        while len(batch) < self.max_batch:
+            try:
+                job = self._jobs.get(timeout=0.2) if not len(batch) else self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job.cancelled.is_set() or time.monotonic() >= job.deadline:
+                continue  # the client left, or its time ran out, while the job was queued
+            try:
+                decoder = job.decoder = self.decoders.get(job.method)
+                if job.k is None:
+                    job.k = decoder.k  # what the request ran with, for its usage report
+                ids = job.prepare()
+                job.prompt_tokens = len(ids)
+                seq = batch.join(decoder.request(ids, k=job.k, **job.params))
+            except SpecDecodeError as exc:
+                job.send(exc)
+                continue
+            except Exception:
+                log.exception("generation failed")
+                job.send(InternalError("internal error while generating; see the server log"))
+                continue
+            self._running[id(seq)] = (job, seq)
+
+    def _leave_stopped(self, batch: Batch) -> None:
+        """Cancelled and timed-out jobs leave the batch (the handler reports the timeout once it
+        has read what was sent)."""
+        now = time.monotonic()
+        for key, (job, seq) in list(self._running.items()):
+            if job.cancelled.is_set() or now >= job.deadline:
+                batch.leave(seq)
+                del self._running[key]
+
+    def _step(self, batch: Batch) -> None:
         try:
-            decoder = job.decoder = self.decoders.get(job.method)
-            if job.k is None:
-                job.k = decoder.k  # what the request ran with, for its usage report
-            ids = job.prepare()
-            job.prompt_tokens = len(ids)
-            chunks = decoder.stream(ids, k=job.k, **job.params)
-            first = True
-            for chunk in chunks:
-                if first:
-                    self.metrics.ttft.labels(decoder.method).observe(time.monotonic() - job.created)
-                    first = False
-                job.send(chunk)
-                if chunk.finish_reason is not None:
-                    self.metrics.observe_run(decoder.method, chunk.finish_reason, chunk.stats)
-                    break
-                if job.cancelled.is_set() or time.monotonic() >= job.deadline:
-                    break  # the handler reports the timeout once it has read what was sent
-        except SpecDecodeError as exc:
-            job.send(exc)
+            results = batch.step()
         except Exception:
             log.exception("generation failed")
-            job.send(InternalError("internal error while generating; see the server log"))
-        finally:
-            if chunks is not None:
-                chunks.close()
+            for job, seq in list(self._running.values()):
+                batch.leave(seq)
+                job.send(InternalError("internal error while generating; see the server log"))
+            self._running.clear()
+            return
+        sequences, rows, draft_rows = batch.last_step
+        self.metrics.observe_step(rows, draft_rows)
+        for seq, chunk in results:
+            job = self._running[id(seq)][0]
+            if seq.stats.target_forwards == 1:
+                self.metrics.ttft.labels(job.decoder.method).observe(
+                    time.monotonic() - job.created)
+            job.send(chunk)
+            if chunk.finish_reason is not None:
+                self.metrics.observe_run(job.decoder.method, chunk.finish_reason, chunk.stats)
+                del self._running[id(seq)]

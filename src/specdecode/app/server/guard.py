@@ -1,0 +1,77 @@
+"""Who may use the server and how much they may send, checked before a request reaches a route.
+
+- With an API key, every `/v1/` request needs `Authorization: Bearer KEY`; otherwise 401 in
+  OpenAI's error shape (`/health` and `/metrics` stay open, for probes and scrapers).
+- A body over `max_body_bytes` gets 413 before it is parsed: at once from its Content-Length, or
+  as soon as a body sent without one has grown past the limit.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from .responses import error_body
+
+PROTECTED_PREFIX = "/v1/"
+# far above any prompt a context window holds (a 128k-token prompt is ~0.5 MB of text), far below
+# what would hurt to read and parse
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+class RequestGuard:
+    """A plain ASGI middleware (a streamed response passes through untouched)."""
+
+    def __init__(self, app, api_key: str | None, max_body_bytes: int) -> None:
+        self.app, self.api_key, self.max_body_bytes = app, api_key, max_body_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if self.api_key and scope["path"].startswith(PROTECTED_PREFIX) \
+                and not self._authorized(headers.get("authorization", "")):
+            await _reply(send, 401, "Incorrect API key provided: send it as `Authorization: "
+                         "Bearer KEY`", "invalid_api_key", {"www-authenticate": "Bearer"})
+            return
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            await _reply(send, 413, self._too_large(), "request_too_large")
+            return
+        received = 0
+
+        async def counted_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, counted_receive, send)
+        except _BodyTooLarge:
+            await _reply(send, 413, self._too_large(), "request_too_large")
+
+    def _authorized(self, authorization: str) -> bool:
+        scheme, _, token = authorization.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(),
+                                                                  self.api_key.encode())
+
+    def _too_large(self) -> str:
+        return f"the request body is larger than this server's limit of {self.max_body_bytes} bytes"
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _reply(send, status: int, message: str, code: str,
+                 extra_headers: dict[str, str] | None = None) -> None:
+    body = json.dumps(error_body(message, code=code)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.encode(), v.encode()) for k, v in (extra_headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
