@@ -3,7 +3,7 @@
 - With an API key, every `/v1/` request needs `Authorization: Bearer KEY`; otherwise 401 in
   OpenAI's error shape (`/health` and `/metrics` stay open, for probes and scrapers).
 - A body over `max_body_bytes` gets 413 before it is parsed: at once from its Content-Length, or
-  as soon as a body sent without one has grown past the limit.
+  as soon as a body sent without one (chunked) has grown past it.
 """
 
 from __future__ import annotations
@@ -39,21 +39,27 @@ class RequestGuard:
         if length.isdigit() and int(length) > self.max_body_bytes:
             await _reply(send, 413, self._too_large(), "request_too_large")
             return
-        received = 0
+        if not length.isdigit():  # sent chunked: read it here, up to the limit, then replay it
+            body = await self._read_bounded(receive)
+            if body is None:
+                await _reply(send, 413, self._too_large(), "request_too_large")
+                return
+            receive = _replay(body, receive)
+        await self.app(scope, receive, send)
 
-        async def counted_receive():
-            nonlocal received
+    async def _read_bounded(self, receive) -> bytes | None:
+        """The whole body, or None as soon as it grows past the limit."""
+        parts, size = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    raise _BodyTooLarge
-            return message
-
-        try:
-            await self.app(scope, counted_receive, send)
-        except _BodyTooLarge:
-            await _reply(send, 413, self._too_large(), "request_too_large")
+            if message["type"] != "http.request":  # the client left
+                return b"".join(parts)
+            parts.append(message.get("body", b""))
+            size += len(parts[-1])
+            if size > self.max_body_bytes:
+                return None
+            if not message.get("more_body", False):
+                return b"".join(parts)
 
     def _authorized(self, authorization: str) -> bool:
         scheme, _, token = authorization.partition(" ")
@@ -64,8 +70,18 @@ class RequestGuard:
         return f"the request body is larger than this server's limit of {self.max_body_bytes} bytes"
 
 
-class _BodyTooLarge(Exception):
-    pass
+def _replay(body: bytes, receive):
+    """A receive channel that gives `body` once, then what the client sends next (a disconnect)."""
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
 
 
 async def _reply(send, status: int, message: str, code: str,

@@ -1,0 +1,83 @@
+"""Who may use the server and how much they may send: the bearer key on /v1/, the body limit before
+parsing, and the official `openai` client's view of both."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+from server_helpers import assert_openai_error, running
+
+from specdecode.app.server import create_app
+
+KEY = "sk-test-key"
+LIMIT = 4096
+BODY = {"prompt": "hello", "max_tokens": 2, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def server(served_model):
+    with running(create_app(served_model, api_key=KEY, max_body_bytes=LIMIT)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+def auth(key: str = KEY) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_requests_without_the_key_get_401_in_openai_shape(client):
+    error = assert_openai_error(client.post("/v1/completions", json=BODY), 401)
+    assert error["code"] == "invalid_api_key"
+    assert_openai_error(client.get("/v1/models"), 401)
+
+
+def test_a_wrong_key_or_scheme_gets_401(client):
+    assert_openai_error(client.post("/v1/completions", json=BODY, headers=auth("sk-other")), 401)
+    assert_openai_error(client.post("/v1/completions", json=BODY,
+                                    headers={"Authorization": KEY}), 401)
+
+
+def test_the_key_opens_v1_and_health_and_metrics_stay_open(client):
+    r = client.post("/v1/completions", json=BODY, headers=auth())
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] is not None
+    assert client.get("/health").status_code == 200
+    assert client.get("/metrics").status_code == 200
+
+
+def test_a_body_over_the_limit_gets_413_before_it_is_parsed(client):
+    big = b'{"prompt": "' + b"x" * (2 * LIMIT) + b'"}'
+    error = assert_openai_error(client.post("/v1/completions", content=big, headers={
+        **auth(), "Content-Type": "application/json"}), 413)
+    assert str(LIMIT) in error["message"]
+
+
+def test_a_body_without_content_length_is_cut_off_at_the_limit(client):
+    def chunks():  # sent chunked: no Content-Length to refuse it by
+        yield b'{"prompt": "'
+        for _ in range(4):
+            yield b"x" * LIMIT
+        yield b'"}'
+
+    r = client.post("/v1/completions", content=chunks(), headers={
+        **auth(), "Content-Type": "application/json"})
+    assert_openai_error(r, 413)
+
+
+def test_a_body_under_the_limit_is_served(client):
+    r = client.post("/v1/completions", json={**BODY, "prompt": "x " * 100}, headers=auth())
+    assert r.status_code == 200
+
+
+def test_the_openai_client_works_with_the_key_and_fails_to_authenticate_without(server):
+    with openai.OpenAI(base_url=server.v1, api_key=KEY, max_retries=0, timeout=60) as good:
+        assert good.completions.create(model=good.models.list().data[0].id, prompt="hi",
+                                       max_tokens=2).choices
+    with openai.OpenAI(base_url=server.v1, api_key="wrong", max_retries=0, timeout=60) as bad:
+        with pytest.raises(openai.AuthenticationError):
+            bad.completions.create(model="any", prompt="hi", max_tokens=2)
