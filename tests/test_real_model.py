@@ -37,7 +37,7 @@ SKIP_MIDDLE = {"layers": tuple(i for i in range(30) if i not in range(12, 16))}
 ], ids=["lookup", "layerskip-profile", "layerskip-26-layers", "eagle", "medusa"])
 def test_real_model_greedy_tokens_equal_plain(default_model, prompts, plain_outputs, method,
                                               options):
-    decoder = SpecDecoder(default_model, method, k=4, **options)
+    decoder = SpecDecoder(default_model, method, max_draft_depth=4, **options)
     for prompt, expected in zip(prompts, plain_outputs):
         result = decoder.generate(prompt, max_new_tokens=64)
         assert result.token_ids == expected
@@ -46,7 +46,7 @@ def test_real_model_greedy_tokens_equal_plain(default_model, prompts, plain_outp
 
 
 def test_real_model_lookup_confirms_more_than_one_token_per_forward(default_model, prompts):
-    decoder = SpecDecoder(default_model, "lookup", k=4)
+    decoder = SpecDecoder(default_model, "lookup", max_draft_depth=4)
     stats = [decoder.generate(p, max_new_tokens=64).stats for p in prompts]
     assert sum(s.new_tokens for s in stats) > sum(s.target_forwards for s in stats)
 

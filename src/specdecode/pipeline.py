@@ -13,9 +13,11 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from .core.batch import Request, generate_batch
+from .core.budget import DraftBudget
+from .core.cost import StepCost, step_cost
 from .core.engine import Chunk, GenerationResult, collect, stream
 from .core.sampling import SamplingParams
-from .core.sequence import DraftLength, GenerationConfig
+from .core.sequence import DraftLimit, GenerationConfig
 from .drafters import Drafter, drafter_class
 from .errors import InvalidParameterError
 from .models import DEFAULT_MODEL, LoadedModel, load_model
@@ -24,20 +26,31 @@ from .spec import DecodingSpec, resolve
 
 class SpecDecoder:
     """A model and a drafter, ready to generate. `spec` is a resolved `DecodingSpec`, or a method
-    name (None: the model's tuned or the default method) resolved with `k`, `adaptive`, `k_max`
-    and drafter options given by name (`ngram_max=3`, `draft_model="..."`)."""
+    name (None: the model's tuned or the default method) resolved with the draft caps
+    `max_draft_nodes` and `max_draft_depth`, `adaptive` and drafter options given by name
+    (`ngram_max=3`, `draft_model="..."`). Each step scores the part of the draft that pays for
+    its rows on this machine (`cost`, the target's measured step cost)."""
 
     def __init__(self, model: LoadedModel, spec: DecodingSpec | str | None = None, *,
-                 k: int | None = None, adaptive: bool = False, k_max: int = 16,
-                 **options: Any) -> None:
+                 max_draft_nodes: int | None = None, max_draft_depth: int | None = None,
+                 adaptive: bool = False, **options: Any) -> None:
         if not isinstance(spec, DecodingSpec):
-            spec = resolve(model, spec, k=k, adaptive=adaptive, k_max=k_max, options=options)
+            spec = resolve(model, spec, max_draft_nodes=max_draft_nodes,
+                           max_draft_depth=max_draft_depth, adaptive=adaptive, options=options)
         self.model, self.spec = model, spec
         self.method = spec.method
         self.drafter: Drafter = drafter_class(spec.method).create(model, spec.options)
-        self.k = spec.k if spec.k is not None else self.drafter.default_k
+        self.budget = self.caps(spec.max_draft_nodes, spec.max_draft_depth)
         self.adaptive = spec.adaptive
-        self.k_max = max(spec.k_max, self.k)
+        self.cost: StepCost | None = step_cost(model) if self.budget.nodes else None
+
+    def caps(self, nodes: int | None, depth: int | None) -> DraftBudget:
+        """The user's caps, the drafter's default where unset; none for a drafter that drafts
+        nothing (plain decoding)."""
+        default = self.drafter.default_budget
+        if not default.nodes:
+            return default
+        return DraftBudget(nodes or default.nodes, depth or default.depth)
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, method: str | None = None, *,
@@ -47,8 +60,11 @@ class SpecDecoder:
                    **kwargs)
 
     def describe(self) -> str:
-        k = "adaptive from " + str(self.k) if self.adaptive else str(self.k)
-        return f"{self.drafter.describe()}, k={k}" if self.k else self.drafter.describe()
+        if not self.budget.nodes:
+            return self.drafter.describe()
+        adaptive = ", adaptive depth" if self.adaptive else ""
+        return (f"{self.drafter.describe()}, up to {self.budget.nodes} nodes at depth "
+                f"{self.budget.depth}{adaptive}, {self.cost}")
 
     def prompt_ids(self, prompt: str | list[int], chat: bool = True) -> list[int]:
         return list(prompt) if isinstance(prompt, list) else self.model.encode_prompt(prompt, chat)
@@ -64,23 +80,25 @@ class SpecDecoder:
         seed: int | None = None,
         stop: tuple[str, ...] = (),
         chat: bool = True,
-        k: int | None = None,
+        max_draft_nodes: int | None = None,
+        max_draft_depth: int | None = None,
     ) -> Request:
         """One generation's request: a str prompt is tokenized (with the chat template unless
-        chat=False), a list is token ids; `k` overrides the decoder's draft length for this
-        request only."""
+        chat=False), a list is token ids; `max_draft_nodes` / `max_draft_depth` replace the
+        decoder's caps for this request only."""
         config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p), seed,
                                   tuple(stop))
-        k = self.k if k is None else k
-        length = DraftLength(k, self.adaptive, 1, max(self.k_max, k)) if k else None
-        return Request(self.prompt_ids(prompt, chat), config, self.drafter, length)
+        caps = self.caps(max_draft_nodes or self.budget.nodes,
+                          max_draft_depth or self.budget.depth)
+        limit = DraftLimit(caps.nodes, caps.depth, self.adaptive) if caps.nodes else None
+        return Request(self.prompt_ids(prompt, chat), config, self.drafter, limit)
 
     def stream(self, prompt: str | list[int], **kwargs: Any) -> Iterator[Chunk]:
         """Yield text deltas as steps complete; the last chunk carries finish_reason and stats.
         Arguments as `request`."""
         r = self.request(prompt, **kwargs)
-        return stream(self.model.target, r.drafter, r.prompt, r.config, r.draft_length,
-                      self.model.eos_token_ids, self.model.decode)
+        return stream(self.model.target, r.drafter, r.prompt, r.config, r.limit,
+                      self.model.eos_token_ids, self.model.decode, self.cost)
 
     def generate(self, prompt: str | list[int], **kwargs) -> GenerationResult:
         """Same arguments as `stream`; returns the whole result."""
@@ -95,5 +113,5 @@ class SpecDecoder:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
         requests = [self.request(prompt, seed=None if seed is None else seed + i, **kwargs)
                     for i, prompt in enumerate(prompts)]
-        return generate_batch(self.model.target, requests, max_batch, self.model.eos_token_ids,
-                              self.model.decode)
+        return generate_batch(self.model.target, requests, max_batch, self.cost,
+                              self.model.eos_token_ids, self.model.decode)

@@ -24,46 +24,55 @@ TUNED_SECTION = "tune"  # the profile section `specdecode tune` writes
 class DecodingSpec:
     method: str
     options: Any  # the drafter's own `Options`
-    k: int | None = None  # draft length γ; None: the drafter's default
-    adaptive: bool = False  # adapt γ per step within 1..k_max
-    k_max: int = 16
+    max_draft_nodes: int | None = None  # caps on each step's draft; None: the drafter's default
+    max_draft_depth: int | None = None
+    adaptive: bool = False  # the depth cap adapts per step within 1..max depth
     note: str | None = None  # where defaults came from (the tuned profile), for reports
 
     def label(self) -> str:
-        """'lookup k=5 ngram-max=3': the method and what differs from its defaults."""
+        """'lookup max-draft-depth=5 ngram-max=3': the method and what differs from its
+        defaults."""
         defaults = asdict(type(self.options)())
+        caps = [f"{name}={value}" for name, value in (("max-draft-nodes", self.max_draft_nodes),
+                                                      ("max-draft-depth", self.max_draft_depth))
+                if value]
         changed = [f"{name.replace('_', '-')}={value}" for name, value in
                    asdict(self.options).items() if value != defaults[name]]
-        return " ".join([self.method] + ([f"k={self.k}"] if self.k else []) + changed)
+        return " ".join([self.method] + caps + changed)
 
 
 def tuned_defaults(model: LoadedModel) -> dict | None:
-    """The model's tuned configuration: {"method", "k", "options", "speedup", "measured"}."""
+    """The model's tuned configuration: {"method", "max_draft_nodes", "max_draft_depth",
+    "options", "speedup", "measured"}."""
     section = load_profile(model.key).get(TUNED_SECTION)
     if not section:
         return None
     if "options" not in section:  # written before options were per drafter
         section = {**section, "options": {"ngram_max": section.get("ngram_max")}}
+    if "k" in section:  # written when one draft length stood for the depth
+        section = {**section, "max_draft_depth": section["k"]}
     return section
 
 
-def resolve(model: LoadedModel, method: str | None = None, *, k: int | None = None,
-            adaptive: bool = False, k_max: int = 16, options: dict[str, Any] | None = None,
-            tuned: bool = True) -> DecodingSpec:
+def resolve(model: LoadedModel, method: str | None = None, *, max_draft_nodes: int | None = None,
+            max_draft_depth: int | None = None, adaptive: bool = False,
+            options: dict[str, Any] | None = None, tuned: bool = True) -> DecodingSpec:
     """The spec for `method` (default: the tuned profile's, else DEFAULT_METHOD) with the user's
-    values: k and the drafter options they set (by field name, None = unset; options of other
-    drafters are ignored). What the user left unset comes from the model's tuned profile when it
-    tuned this method (tuned=False: never), else from the drafter's defaults. Raises a one-line
-    SpecDecodeError for a bad value or a drafter that cannot run on this model."""
+    values: the draft caps and the drafter options they set (by field name, None = unset;
+    options of other drafters are ignored). What the user left unset comes from the model's tuned
+    profile when it tuned this method (tuned=False: never), else from the drafter's defaults.
+    Raises a one-line SpecDecodeError for a bad value or a drafter that cannot run on this
+    model."""
     values = dict(options or {})
-    _check_lengths(k, k_max)
+    check_caps(max_draft_nodes, max_draft_depth)
     profile = tuned_defaults(model) if tuned else None
     method = method or (profile["method"] if profile and profile["method"] in DRAFTERS
                         else DEFAULT_METHOD)
     cls = drafter_class(method)
     note = None
     if profile and profile["method"] == method:
-        k = profile.get("k") if k is None else k
+        max_draft_nodes = max_draft_nodes or profile.get("max_draft_nodes")
+        max_draft_depth = max_draft_depth or profile.get("max_draft_depth")
         for name, value in profile["options"].items():
             if values.get(name) is None:
                 values[name] = value
@@ -73,19 +82,18 @@ def resolve(model: LoadedModel, method: str | None = None, *, k: int | None = No
     reason = cls.unavailable(model, drafter_options)
     if reason:
         raise InvalidParameterError(reason)
-    return DecodingSpec(method, drafter_options, k, adaptive, max(k_max, k or 1), note)
+    return DecodingSpec(method, drafter_options, max_draft_nodes, max_draft_depth, adaptive, note)
 
 
-def check_options(method: str | None, k: int | None, k_max: int,
+def check_options(method: str | None, max_draft_nodes: int | None, max_draft_depth: int | None,
                   options: dict[str, Any]) -> None:
     """The checks that need no model, so that bad values fail before one loads."""
-    _check_lengths(k, k_max)
+    check_caps(max_draft_nodes, max_draft_depth)
     for name in [method] if method else sorted(DRAFTERS):
         make_options(name, options)
 
 
-def _check_lengths(k: int | None, k_max: int) -> None:
-    if k is not None and k < 1:
-        raise InvalidParameterError(f"--k must be >= 1, got {k}")
-    if k_max < 1:
-        raise InvalidParameterError(f"--k-max must be >= 1, got {k_max}")
+def check_caps(max_draft_nodes: int | None, max_draft_depth: int | None) -> None:
+    for name, value in (("max-draft-nodes", max_draft_nodes), ("max-draft-depth", max_draft_depth)):
+        if value is not None and value < 1:
+            raise InvalidParameterError(f"--{name} must be >= 1, got {value}")

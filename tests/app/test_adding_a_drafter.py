@@ -36,8 +36,8 @@ class Repeat(Drafter):
     def create(cls, model, options: Options) -> "Repeat":
         return cls(options.toy_copies)
 
-    def propose(self, seq, k: int) -> Draft:
-        return Draft(seq.context[-1:].repeat(min(k, self.copies)), None)
+    def propose(self, seq, budget) -> Draft:
+        return Draft(seq.context[-1:].repeat(min(budget.nodes, budget.depth, self.copies)), None)
 
 
 @pytest.fixture

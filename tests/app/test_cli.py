@@ -21,7 +21,8 @@ BAD_INPUTS = {
     "missing_gguf": (["generate", "--model", "/nonexistent/m.gguf", "hi"], "no such GGUF file"),
     "missing_model_dir_config": (["generate", "--model", "/tmp", "hi"], "holds no config.json"),
     "missing_prompt_file": (["generate", "--prompt-file", "/nonexistent/p.txt"], "cannot read"),
-    "k_zero": (["generate", "--k", "0", "hi"], "--k must be >= 1"),
+    "nodes_zero": (["generate", "--max-draft-nodes", "0", "hi"], "--max-draft-nodes must be >= 1"),
+    "depth_zero": (["generate", "--max-draft-depth", "0", "hi"], "--max-draft-depth must be >= 1"),
     "negative_temperature": (["generate", "--temperature", "-0.5", "hi"], "temperature"),
     "top_p_zero": (["generate", "--top-p", "0", "hi"], "top-p"),
     "top_p_above_one": (["generate", "--top-p", "1.5", "hi"], "top-p"),
@@ -43,7 +44,7 @@ def test_bad_input_exits_2_with_one_line(capsys, name):
 
 def test_argument_error_is_one_line_exit_2(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["generate", "--k", "notanumber", "hi"])
+        main(["generate", "--max-draft-nodes", "notanumber", "hi"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "invalid int value" in err[0]

@@ -15,7 +15,7 @@ def test_candidates_start_with_plain_decoding_and_add_a_draft_model_only_when_gi
         tiny_real_vocab_model):
     model = load_model(str(tiny_real_vocab_model))
     found = candidates(model, None)
-    assert found[0].method == "ar" and found[1].method == "lookup" and found[1].k is None
+    assert found[0].method == "ar" and found[1].method == "lookup" and found[1].max_draft_depth is None
     # no heads, no skip set for this model: the training-free drafters only
     assert {c.method for c in found} == {"ar", "lookup", "suffix"}
     assert len({c.label() for c in found}) == len(found)
@@ -47,12 +47,12 @@ def test_generate_uses_the_tuned_profile_unless_told_otherwise(
     model = load_model(str(tiny_real_vocab_model))
     out = run_generate(capsys, tiny_real_vocab_model)
     assert out["method"] == "lookup" and out["defaults"] is None  # no profile: built-in default
-    save_profile_section(model.key, PROFILE_SECTION, {"method": "lookup", "k": 3,
+    label = "lookup max-draft-depth=3 ngram-max=2"
+    save_profile_section(model.key, PROFILE_SECTION, {"method": "lookup", "max_draft_depth": 3,
                                                       "options": {"ngram_max": 2},
-                                                      "label": "lookup k=3 ngram-max=2",
-                                                      "speedup": 1.1})
+                                                      "label": label, "speedup": 1.1})
     out = run_generate(capsys, tiny_real_vocab_model)
-    assert out["method"] == "lookup" and "lookup k=3 ngram-max=2" in out["defaults"]
+    assert out["method"] == "lookup" and label in out["defaults"]
     out = run_generate(capsys, tiny_real_vocab_model, "--method", "ar")
     assert out["method"] == "ar" and out["defaults"] is None
 

@@ -8,7 +8,7 @@ from mock_target import MockTarget
 from specdecode.core.batch import Batch, Request, generate_batch
 from specdecode.core.engine import generate
 from specdecode.core.sampling import SamplingParams
-from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
 
@@ -16,7 +16,7 @@ from specdecode.drafters.plain import NoDrafter
 def requests(count: int) -> list[Request]:
     out = []
     for i in range(count):
-        drafter, length = (PromptLookup(3, 1), DraftLength(4)) if i % 2 else (NoDrafter(), None)
+        drafter, length = (PromptLookup(3, 1), DraftLimit(4, 4)) if i % 2 else (NoDrafter(), None)
         out.append(Request([1 + i % 5, 2, 3, 1, 2, 3, 4 + i % 3], GenerationConfig(6 + i % 4),
                            drafter, length))
     return out
@@ -25,7 +25,7 @@ def requests(count: int) -> list[Request]:
 def test_more_requests_than_the_batch_holds_all_finish_in_request_order():
     target = MockTarget(vocab=16, layers=2, max_length=128, seed=3)
     reqs = requests(7)
-    alone = [generate(target, r.drafter, r.prompt, r.config, r.draft_length) for r in reqs]
+    alone = [generate(target, r.drafter, r.prompt, r.config, r.limit) for r in reqs]
     together = generate_batch(target, reqs, max_batch=3)
     assert [r.token_ids for r in together] == [r.token_ids for r in alone]
     assert [r.finish_reason for r in together] == [r.finish_reason for r in alone]

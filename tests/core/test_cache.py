@@ -13,6 +13,7 @@ import pytest
 import torch
 from target_helpers import OnCache
 
+from specdecode.core.budget import DraftBudget
 from specdecode.core.cache import StaticKVCache
 from specdecode.core.sampling import SamplingParams
 from specdecode.drafters.draft_model import DraftModel
@@ -179,9 +180,9 @@ def test_draft_model_cache_reuse_gives_same_greedy_draft_as_from_scratch(backend
     for step in range(12):
         k = rng.randint(1, 5)
         seq.context = torch.tensor(context)
-        draft = drafter.propose(seq, k)
+        draft = drafter.propose(seq, DraftBudget(k, k))
         fresh = DraftModel(make_target(backend, model))
-        scratch = fresh.propose(sequence(context, fresh), k)
+        scratch = fresh.propose(sequence(context, fresh), DraftBudget(k, k))
         assert draft.tokens.tolist() == scratch.tokens.tolist()
         assert draft.q is None and draft.forwards == k
         assert draft.tokens.shape == (k,)

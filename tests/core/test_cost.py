@@ -1,8 +1,11 @@
-"""The step-cost curve: measured per model, once."""
+"""The step-cost curve: measured per model, once, kept in the profile by `tune`."""
 
 from types import SimpleNamespace
 
-from specdecode.core.cost import RowCost, row_cost, step_seconds
+import pytest
+
+from specdecode.core import cost as cost_module
+from specdecode.core.cost import StepCost, measure, save_step_cost, step_cost, step_seconds
 from specdecode.models.llama import NativeLlama
 
 
@@ -12,22 +15,49 @@ def test_step_seconds_gives_a_positive_time_for_every_size(tiny_llama):
     assert set(seconds) == {1, 4} and all(s > 0 for s in seconds.values())
 
 
-def test_row_cost_is_measured_once_per_model_formats_and_kernel_path(tiny_llama, monkeypatch):
-    def load() -> SimpleNamespace:
-        target = NativeLlama.from_hf(tiny_llama(4, vocab=64, layers=2, max_positions=256))
-        return SimpleNamespace(target=target, key="tiny-4", weights="float32", kernels="any")
+def test_the_measured_curve_covers_the_row_counts_the_window_allows(tiny_llama):
+    target = NativeLlama.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=256))
+    cost = measure(target, repeats=2)
+    assert cost.rows == (1, 2, 4, 8, 16, 32, 64) and all(s > 0 for s in cost.seconds)
+    assert cost.per_cached >= 0
 
-    first = row_cost(load())
-    assert first.short >= 0 and first.long >= 0
-    again = load()  # another load of the same model, on the same kernel path
-    monkeypatch.setattr("specdecode.core.cost.step_seconds",
+
+def load(tiny_llama, seed: int) -> SimpleNamespace:
+    target = NativeLlama.from_hf(tiny_llama(seed, vocab=64, layers=2, max_positions=256))
+    return SimpleNamespace(target=target, key=f"tiny-{seed}", weights="float32", kernels="any")
+
+
+def test_step_cost_is_measured_once_per_model_formats_and_kernel_path(tiny_llama, monkeypatch,
+                                                                      tmp_path):
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
+    first = step_cost(load(tiny_llama, 4))
+    monkeypatch.setattr(cost_module, "measure",
                         lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured again")))
-    assert row_cost(again) == first
+    assert step_cost(load(tiny_llama, 4)) == first  # another load of the same model and path
 
 
-def test_row_cost_is_a_line_in_the_context_length_never_below_zero():
-    cost = RowCost(0.1, 0.2, short_context=100, long_context=1100)
-    assert cost.at(100) == 0.1 and abs(cost.at(600) - 0.15) < 1e-12
-    assert abs(cost.at(2100) - 0.3) < 1e-12  # past the longer measurement: extrapolated
-    assert RowCost(0.2, 0.1, 100, 1100).at(10_000) == 0.0
-    assert RowCost.flat(0.3).at(5) == RowCost.flat(0.3).at(5000) == 0.3
+def test_a_curve_saved_in_the_profile_is_used_by_a_later_process(tiny_llama, monkeypatch,
+                                                                  tmp_path):
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
+    model = load(tiny_llama, 5)
+    saved = StepCost((1, 2, 8), (1.0, 1.2, 2.0), 64, 1e-5)
+    save_step_cost(model, saved)
+    monkeypatch.setattr(cost_module, "_MEASURED", {})  # a new process
+    monkeypatch.setattr(cost_module, "measure",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured again")))
+    assert step_cost(model) == saved
+
+
+def test_steps_between_and_past_measured_row_counts_are_linear():
+    cost = StepCost((1, 2, 8), (1.0, 1.2, 2.4))
+    assert cost.step(1, 64) == 1.0 and cost.step(8, 8 * 64) == pytest.approx(2.4)
+    assert cost.step(5, 5 * 64) == pytest.approx(1.8)
+    assert cost.step(14, 14 * 64) == pytest.approx(3.6)  # past the last: the last slope
+
+
+def test_rows_that_attend_to_longer_caches_cost_more():
+    cost = StepCost((1, 2), (1.0, 1.1), context=64, per_cached=0.001)
+    assert cost.step(2, 2 * 64) == pytest.approx(1.1)
+    assert cost.step(2, 2 * 64 + 100) == pytest.approx(1.2)
+    assert cost.step(2, 10) == pytest.approx(1.1)  # shorter caches than measured: never cheaper
+    assert StepCost.linear(0.25).row_cost() == pytest.approx(0.25)

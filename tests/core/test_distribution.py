@@ -25,7 +25,7 @@ from scipy.stats import chi2_contingency
 import specdecode.core.engine
 from specdecode.core.engine import generate
 from specdecode.core.sampling import SamplingParams, sample
-from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.core.verify import Verdict
 from specdecode.drafters.base import Draft, Drafter
 from specdecode.drafters.draft_model import DraftModel
@@ -58,11 +58,13 @@ def draft_model(tiny_llama):
     return tiny_llama(DRAFT_SEED, vocab=V, layers=LAYERS, init=INIT, max_positions=16)
 
 
-def outcomes(target, drafter, params: SamplingParams, k: int | None, seeds) -> Counter:
+def outcomes(target, drafter, params: SamplingParams, k: int | None, seeds,
+             nodes: int | None = None) -> Counter:
+    """Counts of the outputs over `seeds`, drafting up to `nodes` (default k) nodes at depth k."""
     counts: Counter = Counter()
     for seed in seeds:
         config = GenerationConfig(LENGTH, params, seed=seed)
-        result = generate(target, drafter, PROMPT, config, DraftLength(k) if k else None)
+        result = generate(target, drafter, PROMPT, config, DraftLimit(nodes or k, k) if k else None)
         assert len(result.token_ids) == LENGTH
         counts[tuple(result.token_ids)] += 1
     return counts
@@ -113,8 +115,8 @@ class FixedDrafter(Drafter):
     def create(cls, target, options):
         raise NotImplementedError("test drafter")
 
-    def propose(self, seq, k) -> Draft:
-        return Draft(self.tokens[:k].clone(), None)
+    def propose(self, seq, budget) -> Draft:
+        return Draft(self.tokens[: min(budget.nodes, budget.depth)].clone(), None)
 
 
 def verify_sampling_without_residual(tree, q, p, generator) -> Verdict:
@@ -178,12 +180,12 @@ def eagle_drafter(target_model) -> Eagle:
     with torch.no_grad():
         for p in head.parameters():
             p.normal_(0, INIT)
-    return Eagle(target, head, topk=2, nodes=6)
+    return Eagle(target, head, topk=2)
 
 
 def tree_pvalue(target_model, drafter) -> float:
     """Like `speculative_pvalue`, but the drafter must share the target it reads features of."""
-    spec = outcomes(drafter.target, drafter, T1, 2, SPEC_SEEDS)
+    spec = outcomes(drafter.target, drafter, T1, 2, SPEC_SEEDS, nodes=6)
     return homogeneity_pvalue(spec, plain_outcomes(target_model, T1))
 
 
@@ -212,13 +214,13 @@ def test_broken_tree_verifier_is_detected_by_the_same_test(monkeypatch, target_m
     assert tree_pvalue(target_model, eagle_drafter(target_model)) < ALPHA
 
 
-# The same test through the `suffix` drafter: free rows (cost 0), so it drafts every candidate it
-# has: the context's continuations and, after the first step, the target's recycled top tokens,
-# siblings of each other.
+# The same test through the `suffix` drafter: no step cost, so every proposed node is scored, every
+# candidate it has: the context's continuations and, after the first step, the target's recycled
+# top tokens, siblings of each other.
 
 
 def suffix_drafter() -> SuffixTree:
-    return SuffixTree(SuffixTree.Options(branches=3, memory_tokens=0), row_cost=0.0)
+    return SuffixTree(SuffixTree.Options(branches=3, memory_tokens=0))
 
 
 def test_tree_speculative_sampling_with_suffix_matches_plain_sampling(target_model):
@@ -241,7 +243,7 @@ def batched_pvalue(target_model, drafter, params: SamplingParams, k: int) -> flo
 
     target = NativeLlama.from_hf(target_model)
     requests = [Request(PROMPT, GenerationConfig(LENGTH, params, seed=seed), drafter,
-                        DraftLength(k)) for seed in SPEC_SEEDS]
+                        DraftLimit(k, k)) for seed in SPEC_SEEDS]
     spec = Counter(tuple(r.token_ids) for r in generate_batch(target, requests, max_batch=8))
     return homogeneity_pvalue(spec, plain_outcomes(target_model, params))
 

@@ -14,9 +14,10 @@ import random
 import pytest
 import torch
 
+from specdecode.core.cost import StepCost
 from specdecode.core.engine import generate, stream
 from specdecode.core.sampling import SamplingParams
-from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.base import Draft, Drafter
 from specdecode.drafters.draft_model import DraftModel
 from specdecode.drafters.layerskip import LayerSkip
@@ -40,7 +41,8 @@ def greedy(max_new_tokens: int = NEW, **kwargs) -> GenerationConfig:
 class Scripted(Drafter):
     """Knows the plain greedy continuation (`reference` = prompt + output) and proposes it
     ("right"), proposes a different token at every position ("wrong"), or the right tokens for a
-    random number of positions and then wrong ones ("mixed"). Records the k it was asked for."""
+    random number of positions and then wrong ones ("mixed"). Records the chain length it was
+    allowed (the smaller of its caps)."""
 
     def __init__(self, reference: list[int], mode: str, seed: int = 0) -> None:
         self.reference, self.mode, self.seed = reference, mode, seed
@@ -53,7 +55,8 @@ class Scripted(Drafter):
     def start(self, seq) -> None:
         seq.drafter_state = random.Random(self.seed)
 
-    def propose(self, seq, k) -> Draft:
+    def propose(self, seq, budget) -> Draft:
+        k = min(budget.nodes, budget.depth)
         self.asked.append(k)
         context = seq.context
         L = context.shape[0]
@@ -132,7 +135,7 @@ def test_greedy_speculative_output_equals_plain_decoding(
 ):
     target = NativeLlama.from_hf(target_model)
     drafter = make_drafter(name, target, reference, draft_model, target_model)
-    result = generate(target, drafter, PROMPT, greedy(), DraftLength(k, adaptive=adaptive))
+    result = generate(target, drafter, PROMPT, greedy(), DraftLimit(k, k, adaptive))
     assert result.token_ids == plain
     assert result.finish_reason == "length"
     s = result.stats
@@ -147,14 +150,14 @@ def test_greedy_output_equals_plain_when_drafter_is_right_for_a_random_prefix(
     seed, target_model, plain, reference
 ):
     drafter = Scripted(reference, "mixed", seed)
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLength(6))
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(6, 6))
     assert result.token_ids == plain
     assert 0 < result.stats.acceptance_rate < 1
 
 
 def test_greedy_draft_model_on_hf_target_equals_plain(target_model, draft_model, plain):
     result = generate(HFTarget(target_model), DraftModel(HFTarget(draft_model)), PROMPT, greedy(),
-                      DraftLength(3))
+                      DraftLimit(3, 3))
     assert result.token_ids == plain
 
 
@@ -173,16 +176,16 @@ def test_hf_target_and_native_llama_give_same_greedy_tokens_for_another_model(ti
 def test_prompt_of_one_token_works(target_model, reference):
     plain1 = generate(NativeLlama.from_hf(target_model), NoDrafter(), [7], greedy(12), None).token_ids
     spec = generate(NativeLlama.from_hf(target_model), PromptLookup(2, 1), [7], greedy(12),
-                    DraftLength(3)).token_ids
+                    DraftLimit(3, 3)).token_ids
     assert spec == plain1 and len(plain1) == 12
 
 
 def test_drafter_and_target_are_reusable_across_requests(target_model, draft_model, plain):
     target = NativeLlama.from_hf(target_model)
     drafter = DraftModel(NativeLlama.from_hf(draft_model))
-    first = generate(target, drafter, PROMPT, greedy(), DraftLength(4)).token_ids
-    other = generate(target, drafter, [1, 2, 3, 4], greedy(10), DraftLength(4)).token_ids
-    again = generate(target, drafter, PROMPT, greedy(), DraftLength(4)).token_ids
+    first = generate(target, drafter, PROMPT, greedy(), DraftLimit(4, 4)).token_ids
+    other = generate(target, drafter, [1, 2, 3, 4], greedy(10), DraftLimit(4, 4)).token_ids
+    again = generate(target, drafter, PROMPT, greedy(), DraftLimit(4, 4)).token_ids
     assert first == again == plain
     assert other == generate(NativeLlama.from_hf(target_model), NoDrafter(), [1, 2, 3, 4], greedy(10),
                              None).token_ids
@@ -197,7 +200,7 @@ def test_always_right_drafter_with_k4_needs_ceil_new_over_5_target_forwards(
 ):
     ref_result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(new), None)
     drafter = Scripted(PROMPT + ref_result.token_ids, "right")
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(new), DraftLength(4))
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(new), DraftLimit(4, 4))
     assert result.token_ids == ref_result.token_ids
     s = result.stats
     assert s.target_forwards == math.ceil(new / 5)
@@ -209,7 +212,7 @@ def test_always_right_drafter_with_k4_needs_ceil_new_over_5_target_forwards(
 
 def test_always_wrong_drafter_has_acceptance_rate_zero_and_tau_one(target_model, reference, plain):
     drafter = Scripted(reference, "wrong")
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLength(3))
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(3, 3))
     assert result.token_ids == plain
     s = result.stats
     assert s.acceptance_rate == 0.0 and s.accepted == 0
@@ -220,13 +223,13 @@ def test_always_wrong_drafter_has_acceptance_rate_zero_and_tau_one(target_model,
 
 def test_draft_model_counts_one_draft_forward_per_drafted_token(target_model, draft_model):
     result = generate(NativeLlama.from_hf(target_model), DraftModel(NativeLlama.from_hf(draft_model)), PROMPT,
-                      greedy(), DraftLength(3))
+                      greedy(), DraftLimit(3, 3))
     assert result.stats.draft_forwards == result.stats.drafted > 0
 
 
 def test_draft_model_with_target_weights_is_always_accepted(target_model, plain):
     result = generate(NativeLlama.from_hf(target_model), DraftModel(NativeLlama.from_hf(target_model)), PROMPT,
-                      greedy(), DraftLength(4))
+                      greedy(), DraftLimit(4, 4))
     assert result.token_ids == plain
     assert result.stats.acceptance_rate == 1.0
     assert result.stats.target_forwards == NEW // 5
@@ -235,22 +238,49 @@ def test_draft_model_with_target_weights_is_always_accepted(target_model, plain)
 def test_drafter_is_never_asked_for_more_tokens_than_the_budget_allows(target_model):
     ref = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(7), None).token_ids
     drafter = Scripted(PROMPT + ref, "right")
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(7), DraftLength(4))
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(7), DraftLimit(4, 4))
     # 7 tokens: a full draft of 4 (+1 bonus), then 2 left: a draft of 1 (+1 bonus)
     assert drafter.asked == [4, 1]
     assert result.token_ids == ref
 
 
+class Ranked(Scripted):
+    """`Scripted` that ranks its nodes: node i's chance is 0.8^(i+1); records what it was told."""
+
+    def __init__(self, reference: list[int], mode: str) -> None:
+        super().__init__(reference, mode)
+        self.told: list[tuple[int, int]] = []
+
+    def propose(self, seq, budget) -> Draft:
+        draft = super().propose(seq, budget)
+        draft.chances = 0.8 ** torch.arange(1, len(draft) + 1, dtype=torch.float)
+        return draft
+
+    def observe(self, seq, scored: int, accepted: int) -> None:
+        self.told.append((scored, accepted))
+
+
+@pytest.mark.parametrize("row_cost, scored", [(0.0, 6), (0.3, 3), (2.0, 0)])
+def test_a_step_scores_the_nodes_that_pay_and_tells_the_drafter(target_model, reference, plain,
+                                                                row_cost, scored):
+    drafter = Ranked(reference, "right")
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(6, 6),
+                      cost=StepCost.linear(row_cost))
+    assert result.token_ids == plain
+    assert drafter.told[0] == (scored, scored)  # all right: whatever is scored is accepted
+    assert result.stats.drafted == sum(n for n, _ in drafter.told)
+
+
 def test_adaptive_draft_length_grows_after_full_acceptance(target_model, reference):
     drafter = Scripted(reference, "right")
-    generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLength(2, adaptive=True))
+    generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(16, 2, True))
     # 2 (+1), 4 (+1), 6 (+1), 8 (+1), 10 (+1) = 35 tokens; 5 left: min(12, 5 - 1)
     assert drafter.asked == [2, 4, 6, 8, 10, 4]
 
 
 def test_adaptive_draft_length_shrinks_after_rejection(target_model, reference):
     drafter = Scripted(reference, "wrong")
-    generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLength(4, adaptive=True))
+    generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(16, 4, True))
     assert drafter.asked[:5] == [4, 3, 2, 1, 1]
     assert set(drafter.asked[3:]) == {1}
 
@@ -267,7 +297,7 @@ def test_max_new_tokens_is_respected_exactly(max_new, name, target_model, draft_
         drafter, length = NoDrafter(), None
     else:
         drafter = make_drafter(name, target, reference, draft_model, target_model)
-        length = DraftLength(5)
+        length = DraftLimit(5, 5)
     result = generate(target, drafter, PROMPT, greedy(max_new), length)
     assert result.token_ids == plain[:max_new]
     assert result.finish_reason == "length"
@@ -287,7 +317,7 @@ def test_eos_stops_generation_before_the_first_eos_token(step, name, target_mode
     drafter = NoDrafter() if name == "plain" else make_drafter(name, target, reference,
                                                                draft_model, target_model)
     result = generate(target, drafter, PROMPT, greedy(), None if name == "plain" else
-                      DraftLength(4), eos_token_ids=frozenset({eos}))
+                      DraftLimit(4, 4), eos_token_ids=frozenset({eos}))
     assert result.token_ids == expected_before_eos(plain, eos)
     assert eos not in result.token_ids
     assert result.finish_reason == "stop"
@@ -297,7 +327,7 @@ def test_eos_stops_generation_before_the_first_eos_token(step, name, target_mode
 def test_eos_inside_an_accepted_draft_cuts_the_draft(target_model, reference, plain):
     eos = plain[2]
     drafter = Scripted(reference, "right")
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLength(8),
+    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(8, 8),
                       eos_token_ids=frozenset({eos, V + 5}))
     assert result.token_ids == expected_before_eos(plain, eos)
     assert result.stats.target_forwards == 1
@@ -332,7 +362,7 @@ def test_stop_string_cuts_text_before_it_and_finishes_with_stop(name, target_mod
     drafter = NoDrafter() if name == "plain" else make_drafter(name, target, reference,
                                                                draft_model, target_model)
     result = generate(target, drafter, PROMPT, greedy(stop=(stop, "never-there")),
-                      None if name == "plain" else DraftLength(4), decode=fake_decode)
+                      None if name == "plain" else DraftLimit(4, 4), decode=fake_decode)
     assert result.text == expected
     assert result.finish_reason == "stop"
     assert result.stats.new_tokens < NEW
@@ -343,7 +373,7 @@ def test_stop_string_cuts_text_before_it_and_finishes_with_stop(name, target_mod
 
 def test_stream_yields_chunks_whose_concatenation_is_the_result(target_model, reference, plain):
     chunks = list(stream(NativeLlama.from_hf(target_model), Scripted(reference, "mixed", 1), PROMPT,
-                         greedy(), DraftLength(4), decode=fake_decode))
+                         greedy(), DraftLimit(4, 4), decode=fake_decode))
     assert [c.finish_reason for c in chunks[:-1]] == [None] * (len(chunks) - 1)
     assert all(c.stats is None for c in chunks[:-1])
     assert chunks[-1].finish_reason == "length" and chunks[-1].stats is not None
@@ -366,7 +396,7 @@ def test_generation_stops_at_the_context_window(name, tiny_llama, draft_model):
         drafter = DraftModel(NativeLlama.from_hf(tiny_llama(DRAFT_SEED, vocab=V, max_positions=45)))
     else:
         drafter = make_drafter(name, target, prompt + ref.token_ids, draft_model, model)
-    result = generate(target, drafter, prompt, greedy(100), DraftLength(4))
+    result = generate(target, drafter, prompt, greedy(100), DraftLimit(4, 4))
     assert result.token_ids == ref.token_ids
     assert result.finish_reason == "length"
 
@@ -375,7 +405,7 @@ def test_draft_model_with_smaller_context_window_keeps_output_identical(tiny_lla
                                                                         plain):
     small = NativeLlama.from_hf(tiny_llama(DRAFT_SEED, vocab=V, max_positions=len(PROMPT) + 15))
     result = generate(NativeLlama.from_hf(target_model), DraftModel(small), PROMPT, greedy(),
-                      DraftLength(4))
+                      DraftLimit(4, 4))
     assert result.token_ids == plain
 
 
@@ -389,7 +419,7 @@ def test_sampling_is_reproducible_for_a_fixed_seed(name, target_model, draft_mod
         drafter = NoDrafter() if name == "plain" else make_drafter(name, target, reference,
                                                                    draft_model, target_model)
         config = GenerationConfig(30, SamplingParams(1.0, top_k=10), seed=1234)
-        return generate(target, drafter, PROMPT, config, DraftLength(3)).token_ids
+        return generate(target, drafter, PROMPT, config, DraftLimit(3, 3)).token_ids
 
     first = run()
     assert len(first) == 30
@@ -399,7 +429,7 @@ def test_sampling_is_reproducible_for_a_fixed_seed(name, target_model, draft_mod
 def test_unseeded_sampling_runs(target_model, draft_model):
     config = GenerationConfig(10, SamplingParams(0.8, top_p=0.9))
     result = generate(NativeLlama.from_hf(target_model), DraftModel(NativeLlama.from_hf(draft_model)), PROMPT,
-                      config, DraftLength(3))
+                      config, DraftLimit(3, 3))
     assert len(result.token_ids) == 10 and all(0 <= t < V for t in result.token_ids)
 
 
@@ -420,7 +450,7 @@ def test_prompt_one_shorter_than_context_window_generates_one_token(target_model
     expected = generate(target, NoDrafter(), prompt, greedy(), None)
     assert len(expected.token_ids) == 1 and expected.finish_reason == "length"
     result = generate(target, DraftModel(NativeLlama.from_hf(draft_model)), prompt, greedy(),
-                      DraftLength(4))
+                      DraftLimit(4, 4))
     assert result.token_ids == expected.token_ids
 
 
@@ -433,9 +463,7 @@ def test_invalid_generation_and_draft_length_parameters_raise():
     with pytest.raises(InvalidParameterError):
         GenerationConfig(max_new_tokens=0)
     with pytest.raises(InvalidParameterError):
-        DraftLength(0)
-    with pytest.raises(InvalidParameterError):
-        DraftLength(3, adaptive=True, k_min=5, k_max=2)
+        DraftLimit(0, 3)
 
 
 @pytest.mark.parametrize("name", ["mixed", "lookup", "draft", "layerskip"])
@@ -446,5 +474,5 @@ def test_greedy_speculative_output_equals_plain_decoding_with_bf16_weights(
                           greedy(), None).token_ids
     target = NativeLlama.from_hf(target_model, torch.bfloat16)
     drafter = make_drafter(name, target, PROMPT + plain_bf16, draft_model, target_model)
-    result = generate(target, drafter, PROMPT, greedy(), DraftLength(4))
+    result = generate(target, drafter, PROMPT, greedy(), DraftLimit(4, 4))
     assert result.token_ids == plain_bf16

@@ -14,3 +14,14 @@ def as_model(target, key: str = "tiny"):
     if isinstance(target, MockTarget):
         return MockModel(target, key)
     return LoadedModel(key, key, None, target, "native", frozenset(), key)
+
+
+def scored(drafter, seq, budget, row_cost: float = 0.0, context: int = 64):
+    """What a step scores of the drafter's proposal within `budget` when each row beyond the
+    first costs `row_cost` of a step (`core.budget`)."""
+    from specdecode.core.budget import allocate
+    from specdecode.core.cost import StepCost
+
+    draft = drafter.propose(seq, budget)
+    n = allocate(StepCost.linear(row_cost), [(draft.chances, len(draft), context)])[0]
+    return draft.best(n)

@@ -7,7 +7,7 @@ import torch
 
 from specdecode.core.engine import generate
 from specdecode.core.sampling import SamplingParams
-from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.draft_model import DraftModel
 from specdecode.drafters.plain import NoDrafter
 
@@ -18,20 +18,20 @@ def test_draft_model_greedy_output_equals_plain_greedy(make_target):
     config = GenerationConfig(30)
     plain = generate(make_target(11), NoDrafter(), PROMPT, config, None)
     drafter = DraftModel(make_target(12))
-    result = generate(make_target(11), drafter, PROMPT, config, DraftLength(4))
+    result = generate(make_target(11), drafter, PROMPT, config, DraftLimit(4, 4))
     assert result.token_ids == plain.token_ids
     assert result.stats.draft_forwards == result.stats.drafted > 0
 
 
 def test_a_draft_model_with_the_targets_weights_is_always_accepted(make_target):
     result = generate(make_target(11), DraftModel(make_target(11)), PROMPT,
-                      GenerationConfig(20), DraftLength(4))
+                      GenerationConfig(20), DraftLimit(4, 4))
     assert result.stats.accepted == result.stats.drafted > 0
 
 
 def test_one_draft_model_serves_requests_one_after_another_unchanged(make_target):
     target, drafter = make_target(11), DraftModel(make_target(12))
-    runs = [generate(target, drafter, p, GenerationConfig(12), DraftLength(3)).token_ids
+    runs = [generate(target, drafter, p, GenerationConfig(12), DraftLimit(3, 3)).token_ids
             for p in (PROMPT, [2, 2, 7], PROMPT)]
     assert runs[0] == runs[2]
 
@@ -39,6 +39,6 @@ def test_one_draft_model_serves_requests_one_after_another_unchanged(make_target
 def test_sampling_with_a_draft_model_is_reproducible_for_a_seed(make_target):
     config = GenerationConfig(15, SamplingParams(0.8), seed=3)
     runs = [generate(make_target(11), DraftModel(make_target(12)), PROMPT, config,
-                     DraftLength(3)).token_ids for _ in range(2)]
+                     DraftLimit(3, 3)).token_ids for _ in range(2)]
     assert runs[0] == runs[1] and all(0 <= t < 16 for t in runs[0])
     assert torch.tensor(runs[0]).numel() == 15

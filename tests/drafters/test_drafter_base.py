@@ -9,7 +9,7 @@ import pytest
 import torch
 from mock_target import MockTarget
 
-from specdecode.core.cost import row_cost
+from specdecode.core.budget import DraftBudget
 from specdecode.core.sampling import SamplingParams, probabilities
 from specdecode.drafters import DRAFTERS, create_drafter, make_options, option
 from specdecode.drafters.base import Drafter, draft_chain, option_fields, register
@@ -56,14 +56,13 @@ def test_every_drafter_is_registered_and_unknown_names_raise():
         create_drafter("no-such-method", None)
 
 
-def test_create_drafter_builds_lookup_from_its_options_and_the_targets_row_cost():
+def test_create_drafter_builds_lookup_from_its_options():
     model = SimpleNamespace(target=MockTarget(vocab=32, layers=2, max_length=256, seed=1),
                             key="mock", weights="float64", kernels="torch")
     drafter = create_drafter("lookup", model, make_options("lookup", {"ngram_max": 5,
                                                                       "ngram_min": 2}))
     assert (drafter.ngram_max, drafter.ngram_min) == (5, 2)
-    assert drafter.row_cost == row_cost(model)
-    assert drafter.row_cost.short >= 0 and drafter.row_cost.long >= 0
+    assert drafter.default_budget == DraftBudget(10, 10)
 
 
 def test_draft_method_without_a_draft_model_raises():
@@ -78,8 +77,8 @@ def test_options_take_their_own_fields_parse_text_and_validate_in_one_line():
         make_options("layerskip", {"layers": "x,1"})
     with pytest.raises(InvalidParameterError, match="ngram-min <= ngram-max"):
         make_options("lookup", {"ngram_max": 2, "ngram_min": 3})
-    with pytest.raises(InvalidParameterError, match="--tree-nodes must be >= 1"):
-        make_options("eagle", {"tree_nodes": 0})
+    with pytest.raises(InvalidParameterError, match="--tree-topk must be >= 1"):
+        make_options("eagle", {"tree_topk": 0})
 
 
 def test_an_option_several_drafters_declare_is_listed_once_with_each_of_them():
@@ -101,7 +100,7 @@ def test_a_drafter_registered_later_brings_its_options(monkeypatch):
         def create(cls, model, options):
             return cls()
 
-        def propose(self, seq, k):
+        def propose(self, seq, budget):
             raise NotImplementedError
 
     assert option_fields()["width"][0][0] == "later"

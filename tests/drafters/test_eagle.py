@@ -10,7 +10,7 @@ from drafter_helpers import V, as_model
 
 from specdecode.core.engine import generate, start, step
 from specdecode.core.sampling import SamplingParams
-from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters import create_drafter, make_options
 from specdecode.drafters.eagle import Eagle
 from specdecode.drafters.plain import NoDrafter
@@ -50,18 +50,18 @@ def test_native_head_layer_equals_the_trainable_module(tiny_llama):
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
 
 
-def greedy_run(target, drafter, new: int = 30, k: int | None = 4):
+def greedy_run(target, drafter, new: int = 30, depth: int | None = 4, nodes: int = 9):
     config = GenerationConfig(new, SamplingParams())
-    return generate(target, drafter, PROMPT, config, DraftLength(k) if k else None)
+    return generate(target, drafter, PROMPT, config, DraftLimit(nodes, depth) if depth else None)
 
 
 @pytest.mark.parametrize("topk, nodes, draft_vocab", [(4, 12, None), (2, 5, None),
                                                       (3, 8, [0, 2, 3, 5, 7, 9, 10, 11, 13])])
 def test_eagle_greedy_output_equals_plain_greedy(topk, nodes, draft_vocab, make_target):
-    plain = greedy_run(make_target(), NoDrafter(), k=None)
+    plain = greedy_run(make_target(), NoDrafter(), depth=None)
     target = make_target()
-    drafter = Eagle(target, random_head(target, draft_vocab=draft_vocab), topk, nodes)
-    result = greedy_run(target, drafter)
+    drafter = Eagle(target, random_head(target, draft_vocab=draft_vocab), topk)
+    result = greedy_run(target, drafter, nodes=nodes)
     assert result.token_ids == plain.token_ids
     assert result.stats.accepted > 0  # some tree paths were accepted and compacted
     assert result.stats.drafted <= nodes * result.stats.target_forwards
@@ -72,23 +72,23 @@ def test_eagle_trees_from_the_incremental_cache_equal_trees_from_scratch(make_ta
     context at once must propose the same tree."""
     target = make_target()
     head = random_head(target, seed=3)
-    drafter = Eagle(target, head, topk=3, nodes=9)
+    drafter = Eagle(target, head, topk=3)
     proposals = []
     original = drafter.propose
 
-    def recording(seq, k):
-        draft = original(seq, k)
-        proposals.append((seq.context.tolist(), k, draft))
+    def recording(seq, budget):
+        draft = original(seq, budget)
+        proposals.append((seq.context.tolist(), budget, draft))
         return draft
 
     drafter.propose = recording
     greedy_run(target, drafter, new=20)
     assert len(proposals) > 3
-    for context, k, draft in proposals:
+    for context, budget, draft in proposals:
         fresh_target = make_target()
-        fresh = Eagle(fresh_target, head, topk=3, nodes=9)
+        fresh = Eagle(fresh_target, head, topk=3)
         seq = start(fresh_target, fresh, context, GenerationConfig(1), None)
-        again = fresh.propose(seq, k)
+        again = fresh.propose(seq, budget)
         assert again.tokens.tolist() == draft.tokens.tolist()
         assert again.parents.tolist() == draft.parents.tolist()
 
@@ -97,12 +97,12 @@ def test_one_drafter_serves_two_sequences_in_turn_as_if_each_ran_alone(make_targ
     """Per-request state lives on the sequence: interleaving two requests' steps on one drafter
     gives each the trees it gets alone."""
     target = make_target()
-    drafter = Eagle(target, random_head(target, seed=4), topk=3, nodes=6)
+    drafter = Eagle(target, random_head(target, seed=4), topk=3)
     prompts = [PROMPT, [7, 7, 2, 9, 4]]
-    alone = [greedy_run(target, drafter, new=12).token_ids,
-             generate(target, drafter, prompts[1], GenerationConfig(12), DraftLength(3)).token_ids]
-    seqs = [start(target, drafter, p, GenerationConfig(12), DraftLength(k))
-            for p, k in zip(prompts, (4, 3))]
+    alone = [greedy_run(target, drafter, new=12, nodes=6).token_ids,
+             generate(target, drafter, prompts[1], GenerationConfig(12), DraftLimit(6, 3)).token_ids]
+    seqs = [start(target, drafter, p, GenerationConfig(12), DraftLimit(6, depth))
+            for p, depth in zip(prompts, (4, 3))]
     while any(s.finish_reason is None for s in seqs):
         for s in seqs:
             if s.finish_reason is None:
@@ -130,7 +130,7 @@ def test_eagle_drafts_up_to_the_end_of_a_short_context_window(make_target):
     plain = generate(make_target(max_positions=32), NoDrafter(), PROMPT * 3,
                      GenerationConfig(16, SamplingParams()), None)
     target = make_target(max_positions=32)
-    result = generate(target, Eagle(target, random_head(target), topk=4, nodes=12), PROMPT * 3,
-                      GenerationConfig(16, SamplingParams()), DraftLength(6))
+    result = generate(target, Eagle(target, random_head(target), topk=4), PROMPT * 3,
+                      GenerationConfig(16, SamplingParams()), DraftLimit(12, 6))
     assert result.token_ids == plain.token_ids
     assert len(PROMPT * 3) + len(result.token_ids) == 32 or result.finish_reason == "stop"

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from drafter_helpers import as_model
 
+from specdecode.core.budget import DraftBudget
 from specdecode.core.engine import generate, start
-from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters import create_drafter, make_options
 from specdecode.drafters.layerskip import LayerSkip
 from specdecode.drafters.plain import NoDrafter
@@ -22,7 +23,7 @@ def test_layerskip_greedy_output_equals_plain_greedy(make_target, layers):
     config = GenerationConfig(25)
     plain = generate(make_target(), NoDrafter(), PROMPT, config, None)
     target = make_target()
-    result = generate(target, LayerSkip(target, layers), PROMPT, config, DraftLength(3))
+    result = generate(target, LayerSkip(target, layers), PROMPT, config, DraftLimit(3, 3))
     assert result.token_ids == plain.token_ids
     assert result.stats.drafted > 0
     if layers == (0, 1):  # all layers: the draft is the target itself
@@ -32,9 +33,9 @@ def test_layerskip_greedy_output_equals_plain_greedy(make_target, layers):
 def test_a_layerskip_proposal_leaves_the_sequences_cache_as_it_found_it(make_target):
     target = make_target()
     drafter = LayerSkip(target, (0,))
-    seq = start(target, drafter, PROMPT, GenerationConfig(4), DraftLength(3))
+    seq = start(target, drafter, PROMPT, GenerationConfig(4), DraftLimit(3, 3))
     before = seq.cache.length
-    assert len(drafter.propose(seq, 3).tokens) == 3
+    assert len(drafter.propose(seq, DraftBudget(3, 3)).tokens) == 3
     assert seq.cache.length == before
 
 

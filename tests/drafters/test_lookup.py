@@ -6,9 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from drafter_helpers import scored
 
+from specdecode.core.budget import DraftBudget
+from specdecode.core.cost import StepCost
 from specdecode.core.engine import generate
-from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters import make_options
 from specdecode.drafters.lookup import MatchEvidence, PromptLookup, find_continuation
 from specdecode.drafters.plain import NoDrafter
@@ -50,21 +53,21 @@ def test_prompt_lookup_prefers_the_longest_ngram():
     # the 1-gram "3" last occurred before 8; the 2-gram "2 3" last occurred before 5
     context = t(2, 3, 5, 3, 8, 2, 3)
     lookup = PromptLookup(ngram_max=2, ngram_min=1)
-    draft = lookup.propose(on(context), 1)
+    draft = lookup.propose(on(context), DraftBudget(1, 1))
     assert draft.tokens.tolist() == [5]
     assert draft.q is None and draft.forwards == 0
-    assert PromptLookup(1, 1).propose(on(context), 1).tokens.tolist() == [8]
+    assert PromptLookup(1, 1).propose(on(context), DraftBudget(1, 1)).tokens.tolist() == [8]
 
 
 def test_prompt_lookup_without_any_match_proposes_nothing():
-    draft = PromptLookup(3, 1).propose(on(t(1, 2, 3, 4)), 4)
+    draft = PromptLookup(3, 1).propose(on(t(1, 2, 3, 4)), DraftBudget(4, 4))
     assert draft.tokens.numel() == 0 and draft.tokens.dtype == torch.long
 
 
 def test_prompt_lookup_respects_ngram_min():
     context = t(4, 1, 2, 3, 9, 3)  # only a 1-gram match ("3")
-    assert PromptLookup(3, 2).propose(on(context), 4).tokens.numel() == 0
-    assert PromptLookup(3, 1).propose(on(context), 4).tokens.tolist() == [9, 3]
+    assert PromptLookup(3, 2).propose(on(context), DraftBudget(4, 4)).tokens.numel() == 0
+    assert PromptLookup(3, 1).propose(on(context), DraftBudget(4, 4)).tokens.tolist() == [9, 3]
 
 
 @pytest.mark.parametrize("ngram_max, ngram_min", [(1, 2), (3, 0), (0, 0)])
@@ -73,60 +76,67 @@ def test_prompt_lookup_rejects_invalid_ngram_range(ngram_max, ngram_min):
         make_options("lookup", {"ngram_max": ngram_max, "ngram_min": ngram_min})
 
 
-def test_free_rows_draft_the_whole_match_up_to_k():
-    three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)
-    assert PromptLookup(3, 1, row_cost=0.0).propose(on(three_gram), 6).tokens.tolist() == [
+THREE_GRAM = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)
+
+
+def test_the_whole_match_is_proposed_up_to_the_smaller_cap():
+    assert PromptLookup(3, 1).propose(on(THREE_GRAM), DraftBudget(6, 6)).tokens.tolist() == [
         10, 11, 12, 13, 14, 15]
-    assert PromptLookup(3, 1, row_cost=0.0).propose(on(three_gram), 2).tokens.tolist() == [10, 11]
+    assert PromptLookup(3, 1).propose(on(THREE_GRAM), DraftBudget(10, 2)).tokens.tolist() == [
+        10, 11]
+    assert PromptLookup(3, 1).propose(on(THREE_GRAM), DraftBudget(3, 10)).tokens.tolist() == [
+        10, 11, 12]
 
 
-def test_costly_rows_draft_only_tokens_whose_chance_exceeds_the_row_cost():
-    # before any verdict: the prior gives 1/2, 1/4, 1/8, ... for the first 1, 2, 3, ... tokens
-    three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)
-    assert PromptLookup(3, 1, row_cost=0.2).propose(on(three_gram), 6).tokens.tolist() == [10, 11]
-    assert PromptLookup(3, 1, row_cost=0.3).propose(on(three_gram), 6).tokens.tolist() == [10]
-    assert PromptLookup(3, 1, row_cost=0.6).propose(on(three_gram), 6).tokens.numel() == 0
+def test_before_any_verdict_the_chances_are_the_priors():
+    draft = PromptLookup(3, 1).propose(on(THREE_GRAM), DraftBudget(4, 4))
+    assert draft.chances.tolist() == [0.5, 0.25, 0.125, 0.0625]
+
+
+def test_costly_rows_score_only_tokens_that_pay_for_their_rows():
+    sizes = {cost: len(scored(PromptLookup(3, 1), on(THREE_GRAM), DraftBudget(6, 6), cost))
+             for cost in (0.0, 0.1, 0.3, 0.6)}
+    assert sizes == {0.0: 6, 0.1: 2, 0.3: 1, 0.6: 0}
 
 
 def test_accepted_drafts_lengthen_later_drafts_and_rejected_ones_shorten_them():
-    three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)
-    lookup = PromptLookup(3, 1, row_cost=0.2)
-    kept, lost = on(three_gram), on(three_gram)
+    lookup = PromptLookup(3, 1)
+    kept, lost = on(THREE_GRAM), on(THREE_GRAM)
     lengths = {"kept": [], "lost": []}
     for _ in range(8):
-        lengths["kept"].append(len(lookup.propose(kept, 6).tokens))
-        lookup.observe(kept, lengths["kept"][-1])  # every draft accepted
-        lengths["lost"].append(len(lookup.propose(lost, 6).tokens))
-        lookup.observe(lost, 0)  # every draft rejected
-    assert lengths["kept"][0] == lengths["lost"][0] == 2  # the prior's 1/2, 1/4
+        lengths["kept"].append(len(scored(lookup, kept, DraftBudget(6, 6), 0.2)))
+        lookup.observe(kept, lengths["kept"][-1], lengths["kept"][-1])  # every draft accepted
+        lengths["lost"].append(len(scored(lookup, lost, DraftBudget(6, 6), 0.2)))
+        lookup.observe(lost, lengths["lost"][-1], 0)  # every draft rejected
+    assert lengths["kept"][0] == lengths["lost"][0] == 1  # the prior's 1/2, 1/4
     assert lengths["kept"] == sorted(lengths["kept"]) and lengths["kept"][-1] == 6
     assert lengths["lost"] == sorted(lengths["lost"], reverse=True) and lengths["lost"][-1] == 0
 
 
-def test_a_longer_context_makes_rows_cost_more_and_drafts_shorter():
-    from specdecode.core.cost import RowCost
-
-    three_gram = t(1, 2, 7, 10, 11, 12, 13, 14, 15, 1, 2, 7)  # 12 tokens of context
-    cheap_then_dear = RowCost(0.2, 0.3, short_context=12, long_context=24)
-    assert PromptLookup(3, 1, cheap_then_dear).propose(on(three_gram), 6).tokens.tolist() == [
-        10, 11]
-    longer = torch.cat([t(*range(100, 112)), three_gram])  # 24 tokens: a row costs 0.3
-    assert PromptLookup(3, 1, cheap_then_dear).propose(on(longer), 6).tokens.tolist() == [10]
-
-
 def test_match_evidence_counts_only_the_positions_the_verifier_looked_at():
     evidence = MatchEvidence()
-    evidence.pending = (3, 4)
-    evidence.record(1)  # token 1 accepted, token 2 rejected: tokens 3 and 4 never judged
+    evidence.pending = 3
+    evidence.record(4, 1)  # token 1 accepted, token 2 rejected: tokens 3 and 4 never judged
     assert evidence.reached[3] == [1, 1] and evidence.accepted[3] == [1, 0]
-    assert evidence.chances(3, 2) == [(1 + 1) / 3, (1 + 1) / 3 * (0 + 1) / 3]
+    first = (1 + 2 * 0.5) / 3  # one hit in one look, prior 1/2 worth two looks
+    second = (0 + 2 * first) / 3  # no hit in one look, the first position's rate as its prior
+    assert evidence.chances(3, 3) == pytest.approx([first, first * second,
+                                                    first * second * second])
+
+
+def test_tokens_the_step_did_not_score_are_not_counted_as_rejected():
+    lookup = PromptLookup(3, 1)
+    seq = on(THREE_GRAM)
+    lookup.propose(seq, DraftBudget(6, 6))
+    lookup.observe(seq, 1, 1)  # one of six scored, and accepted
+    assert seq.drafter_state.reached[3] == [1] and seq.drafter_state.accepted[3] == [1]
 
 
 def test_lookup_greedy_output_equals_plain_greedy(make_target):
     prompt = [3, 1, 4, 1, 5, 3, 1, 4, 1, 5, 3, 1]  # repeats: the n-grams match
     config = GenerationConfig(30)
     plain = generate(make_target(), NoDrafter(), prompt, config, None)
-    result = generate(make_target(), PromptLookup(3, 1, row_cost=0.1), prompt, config,
-                      DraftLength(7))
+    result = generate(make_target(), PromptLookup(3, 1), prompt, config, DraftLimit(7, 7),
+                      cost=StepCost.linear(0.1))
     assert result.token_ids == plain.token_ids
     assert result.stats.drafted > 0

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specdecode.core.budget import DraftBudget
 from specdecode.core.engine import generate, start
 from specdecode.core.sampling import SamplingParams
-from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.medusa import CHOICES, Medusa
 from specdecode.drafters.plain import NoDrafter
 from specdecode.models.heads import MedusaHeads
@@ -36,8 +37,8 @@ def test_medusa_greedy_output_equals_plain_greedy(num_heads, nodes, make_target)
     config = GenerationConfig(30, SamplingParams())
     plain = generate(make_target(12), NoDrafter(), PROMPT, config, None)
     target = make_target(12)
-    drafter = Medusa(target, random_heads(target, num_heads), nodes)
-    result = generate(target, drafter, PROMPT, config, DraftLength(drafter.default_k))
+    drafter = Medusa(target, random_heads(target, num_heads))
+    result = generate(target, drafter, PROMPT, config, DraftLimit(nodes, num_heads))
     assert result.token_ids == plain.token_ids
     assert result.stats.accepted > 0
     assert max(i for i, n in enumerate(result.stats.drafted_at) if n) < num_heads
@@ -45,7 +46,7 @@ def test_medusa_greedy_output_equals_plain_greedy(num_heads, nodes, make_target)
 
 def test_medusa_tree_has_one_level_per_head_and_at_most_nodes_nodes(make_target):
     target = make_target(12)
-    drafter = Medusa(target, random_heads(target, 2), nodes=6)
+    drafter = Medusa(target, random_heads(target, 2))
     seq = start(target, drafter, PROMPT, GenerationConfig(1), None)
-    draft = drafter.propose(seq, 5)
+    draft = drafter.propose(seq, DraftBudget(6, 5))
     assert draft.tree.depth == 2 and len(draft.tree) == 6

@@ -1,5 +1,5 @@
 """The suffix tree drafter: candidates from the context, earlier outputs and the target's recycled
-top tokens, grown best-first while each node pays for its row."""
+top tokens, grown best-first within the caps; a step scores the nodes that pay for their rows."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from drafter_helpers import as_model
+from drafter_helpers import as_model, scored
 
+from specdecode.core.budget import DraftBudget
+from specdecode.core.cost import StepCost
 from specdecode.core.engine import generate
 from specdecode.core.sampling import SamplingParams
-from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.core.tree import ROOT
 from specdecode.drafters import make_options
 from specdecode.drafters.plain import NoDrafter
@@ -32,8 +34,12 @@ def grow(s: SimpleNamespace, *ids: int) -> None:
     s.length = len(s.tokens)
 
 
-def drafter(cost: float = 0.0, memory: Memory | None = None, **options) -> SuffixTree:
-    return SuffixTree(SuffixTree.Options(**options), cost, memory)
+def drafter(memory: Memory | None = None, **options) -> SuffixTree:
+    return SuffixTree(SuffixTree.Options(**options), memory)
+
+
+def caps(nodes: int, depth: int = 8) -> DraftBudget:
+    return DraftBudget(nodes, depth)
 
 
 def test_ngram_table_ranks_continuations_by_count_then_recency():
@@ -59,9 +65,9 @@ def test_ngram_table_forgets_what_it_is_told_to_remove():
     assert (1, 2) not in table.next and (2,) not in table.next
 
 
-def test_free_rows_draft_the_context_continuation_as_a_chain_with_siblings():
+def test_the_context_continuation_is_proposed_as_a_chain_with_siblings():
     s = seq(1, 2, 3, 4, 5, 1, 2, 3, 7, 1, 2, 3)
-    draft = drafter(0.0, branches=2, max_depth=3).propose(s, 8)
+    draft = drafter(branches=2).propose(s, caps(8, 3))
     tree = draft.tree
     assert draft.q is None
     first = [int(tree.tokens[i]) for i in tree.children[0]]
@@ -72,61 +78,80 @@ def test_free_rows_draft_the_context_continuation_as_a_chain_with_siblings():
         assert len(tokens) == len(set(tokens))
 
 
-def test_no_node_is_drafted_when_no_row_pays():
+def test_nodes_come_best_first_so_every_prefix_is_a_tree():
+    draft = drafter(branches=3).propose(seq(1, 2, 3, 4, 5, 6, 1, 2, 3, 8, 1, 2, 3), caps(16))
+    chances = draft.chances.tolist()
+    assert chances == sorted(chances, reverse=True) and 0 < chances[-1] <= chances[0] <= 1
+    assert all(p < i for i, p in enumerate(draft.parents.tolist()))
+
+
+def test_no_node_is_scored_when_no_row_pays():
     s = seq(1, 2, 3, 4, 1, 2, 3)
-    assert len(drafter(1.0).propose(s, 8).tokens) == 0
-    assert len(drafter(0.1).propose(s, 8).tokens) > 0
+    assert len(scored(drafter(), s, caps(8), row_cost=1.0)) == 0
+    assert len(scored(drafter(), seq(1, 2, 3, 4, 1, 2, 3), caps(8), row_cost=0.1)) > 0
 
 
 def test_dearer_rows_give_smaller_trees():
     s = [1, 2, 3, 4, 5, 6, 1, 2, 3, 8, 1, 2, 3]
-    sizes = [len(drafter(cost, branches=3).propose(seq(*s), 16).tokens)
+    sizes = [len(scored(drafter(branches=3), seq(*s), caps(16), cost))
              for cost in (0.0, 0.05, 0.2, 0.5)]
     assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
 
 
 def test_the_node_budget_and_depth_are_caps():
     s = seq(*([1, 2, 3, 4, 5, 6, 7, 8] * 3))
-    assert len(drafter(0.0).propose(s, 5).tokens) == 5
-    assert drafter(0.0, max_depth=2).propose(seq(*([1, 2, 3, 4, 5, 6, 7, 8] * 3)), 16).tree.depth == 2
+    assert len(drafter().propose(s, caps(5)).tokens) == 5
+    assert drafter().propose(seq(*([1, 2, 3, 4, 5, 6, 7, 8] * 3)), caps(16, 2)).tree.depth == 2
+
+
+def test_nodes_the_step_did_not_score_are_not_counted_as_tried():
+    d = drafter(branches=2)
+    s = seq(1, 2, 3, 4, 1, 2, 5, 1, 2)
+    draft = d.propose(s, caps(8, 1))
+    assert len(draft) == 2
+    d.observe(s, 1, 0)  # only the first scored, and rejected
+    tried = s.drafter_state.pending.classes
+    grow(s, 9)
+    d.propose(s, caps(8, 1))
+    assert sum(s.drafter_state.reached.values()) == 1 and len(tried) == 1
 
 
 def test_a_rejected_class_loses_rate_and_an_accepted_one_gains():
-    d = drafter(0.0, branches=1, max_depth=1)
+    d = drafter(branches=1)
     kept, lost = seq(1, 2, 3, 1, 2), seq(1, 2, 3, 1, 2)
     for s, follow in ((kept, 3), (lost, 9)):
-        draft = d.propose(s, 1)
+        draft = d.propose(s, caps(1, 1))
         assert draft.tokens.tolist() == [3]
         first = s.drafter_state.pending.classes[0]
         before = d._rate(s.drafter_state, first)
         grow(s, follow, 5)  # the draft accepted (3) or rejected (9), then one more token
-        d.propose(s, 1)
+        d.propose(s, caps(1, 1))
         after = d._rate(s.drafter_state, first)
         assert (after > before) if follow == 3 else (after < before)
 
 
 def test_recycled_top_tokens_are_candidates_after_the_token_they_followed():
-    d = drafter(0.0, branches=3, max_depth=1)
+    d = drafter(branches=3)
     s = seq(5, 6, 7)
     d.start(s)
     logits = torch.zeros(2, 16)
     logits[0, 11], logits[0, 12] = 2.0, 1.0  # the target's top two after token 7
     d.observe_logits(s, [7, 3], logits)
     grow(s, 3, 7)  # no earlier "7" followed by anything but the recycled tokens
-    draft = d.propose(s, 4)
+    draft = d.propose(s, caps(4, 1))
     assert draft.tokens.tolist() == [3, 11, 12]  # the context's "7 3", then the target's 11, 12
     assert [c for c, *_ in s.drafter_state.pending.classes] == ["context", "recycled", "recycled"]
 
 
 def test_memory_carries_an_earlier_output_to_a_later_request():
     memory = Memory(3, capacity=100)
-    d = drafter(0.0, memory)
+    d = drafter(memory)
     earlier = seq(1, 40, 41, 42, 43, prompt=1)
     d.start(earlier)
     d.finish(earlier)
     later = seq(9, 9, 40, 41)
-    assert d.propose(later, 4).tokens.tolist()[:2] == [42, 43]
-    assert drafter(0.0).propose(seq(9, 9, 40, 41), 4).tokens.numel() == 0  # no memory: nothing
+    assert d.propose(later, caps(4)).tokens.tolist()[:2] == [42, 43]
+    assert drafter().propose(seq(9, 9, 40, 41), caps(4)).tokens.numel() == 0  # no memory
 
 
 def test_memory_forgets_the_oldest_output_past_its_capacity():
@@ -151,8 +176,7 @@ def test_memory_is_off_with_zero_tokens(make_target):
     assert SuffixTree.create(model, make_options("suffix", {})).memory is not None
 
 
-@pytest.mark.parametrize("values", [{"max_depth": 0}, {"branches": 0}, {"ngram_max": 0},
-                                    {"memory_tokens": -1}])
+@pytest.mark.parametrize("values", [{"branches": 0}, {"ngram_max": 0}, {"memory_tokens": -1}])
 def test_invalid_options_are_rejected(values):
     with pytest.raises(InvalidParameterError):
         make_options("suffix", values)
@@ -162,8 +186,9 @@ def test_suffix_greedy_output_equals_plain_greedy(make_target):
     prompt = [3, 1, 4, 1, 5, 3, 1, 4, 1, 5, 3, 1, 2, 6, 5, 3, 1]
     config = GenerationConfig(40)
     plain = generate(make_target(), NoDrafter(), prompt, config, None)
-    d = drafter(0.05, branches=3)
-    result = generate(make_target(), d, prompt, config, DraftLength(12))
+    d = drafter(branches=3)
+    result = generate(make_target(), d, prompt, config, DraftLimit(12, 12),
+                      cost=StepCost.linear(0.05))
     assert result.token_ids == plain.token_ids
     assert result.stats.drafted > 0
 
@@ -171,22 +196,23 @@ def test_suffix_greedy_output_equals_plain_greedy(make_target):
 def test_suffix_with_memory_stays_lossless_across_requests(make_target):
     """The second request drafts from the first's output; its greedy output does not change."""
     memory, target = Memory(5, 1000), make_target()
-    d = drafter(0.05, memory)
+    d = drafter(memory)
     config = GenerationConfig(30)
     for prompt in ([3, 1, 4, 1, 5], [2, 7, 1, 8, 2], [3, 1, 4, 1, 5]):
         plain = generate(target, NoDrafter(), prompt, config, None)
-        assert generate(target, d, prompt, config, DraftLength(12)).token_ids == plain.token_ids
+        assert generate(target, d, prompt, config, DraftLimit(12, 12),
+                        cost=StepCost.linear(0.05)).token_ids == plain.token_ids
     assert memory.size >= 60
 
 
 def test_suffix_sampling_runs_with_trees(make_target):
     config = GenerationConfig(20, SamplingParams(temperature=1.0), seed=0)
-    result = generate(make_target(), drafter(0.0, branches=3), [1, 2, 3, 1, 2, 3, 1, 2], config,
-                      DraftLength(8))
+    result = generate(make_target(), drafter(branches=3), [1, 2, 3, 1, 2, 3, 1, 2], config,
+                      DraftLimit(8, 8))
     assert len(result.token_ids) == 20 and result.stats.drafted > 0
 
 
 def test_the_root_is_the_parent_of_the_first_level():
-    draft = drafter(0.0, branches=3, max_depth=1).propose(seq(1, 2, 1, 3, 1, 4, 1), 3)
+    draft = drafter(branches=3).propose(seq(1, 2, 1, 3, 1, 4, 1), caps(3, 1))
     assert draft.parents.tolist() == [ROOT, ROOT, ROOT]
     assert sorted(draft.tokens.tolist()) == [2, 3, 4]

@@ -10,7 +10,7 @@ import torch
 
 from specdecode.core.engine import generate
 from specdecode.core.sampling import SamplingParams
-from specdecode.core.sequence import DraftLength, GenerationConfig
+from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.eagle import Eagle
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.medusa import Medusa
@@ -31,11 +31,13 @@ def _random(module: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 
 def _drafters(target: NativeLlama, model) -> dict:
+    """name -> (drafter, its caps)"""
     cfg = target.layer_shape()
     return {
-        "lookup": (PromptLookup(3, 1), 7),
-        "eagle": (Eagle(target, _random(EagleHead(cfg), 1), topk=3, nodes=6), 3),
-        "medusa": (Medusa(target, _random(MedusaHeads({**cfg, "num_heads": 3}), 2), 6), 3),
+        "lookup": (PromptLookup(3, 1), DraftLimit(7, 7)),
+        "eagle": (Eagle(target, _random(EagleHead(cfg), 1), topk=3), DraftLimit(6, 3)),
+        "medusa": (Medusa(target, _random(MedusaHeads({**cfg, "num_heads": 3}), 2)),
+                   DraftLimit(6, 3)),
     }
 
 
@@ -47,33 +49,36 @@ def test_greedy_speculative_output_equals_plain_greedy_output_on_every_path(kern
     plain = generate(NativeLlama.from_hf(model, kernels=kernel_path), NoDrafter(), PROMPT, config,
                      None)
     target = NativeLlama.from_hf(model, kernels=kernel_path)
-    drafter, k = _drafters(target, model)[method]
-    result = generate(target, drafter, PROMPT, config, DraftLength(k))
+    drafter, limit = _drafters(target, model)[method]
+    result = generate(target, drafter, PROMPT, config, limit)
     assert result.token_ids == plain.token_ids
     assert result.stats.accepted > 0  # verification steps of several rows were kept
 
 
 def test_sixteen_batched_greedy_requests_equal_each_request_alone_on_every_path(kernel_path,
                                                                                 tiny_llama):
-    """Mixed prompts and methods (plain, lookup, suffix, eagle, medusa trees) in one batch: every
-    request's tokens are those it gets alone, so a request's output never depends on the load."""
+    """Mixed prompts and methods (plain, lookup, suffix, eagle, medusa trees) in one batch, the
+    draft rows chosen for the whole batch by cost: every request's tokens are those it gets alone
+    (where it drafts differently), so a request's output never depends on the load."""
     from specdecode.core.batch import Request, generate_batch
+    from specdecode.core.cost import StepCost
     from specdecode.drafters.suffix import SuffixTree
 
     model = tiny_llama(21, vocab=V, layers=2)
     target = NativeLlama.from_hf(model, kernels=kernel_path)
     drafters = {name: pair for name, pair in _drafters(target, model).items()}
     drafters["plain"] = (NoDrafter(), None)
-    drafters["suffix"] = (SuffixTree(SuffixTree.Options(memory_tokens=0), row_cost=0.05), 8)
+    drafters["suffix"] = (SuffixTree(SuffixTree.Options(memory_tokens=0)), DraftLimit(8, 8))
     names = sorted(drafters)
+    cost = StepCost.linear(0.05)
     requests = []
     for i in range(16):
-        drafter, k = drafters[names[i % len(names)]]
+        drafter, limit = drafters[names[i % len(names)]]
         prompt = PROMPT[i % 5 :] + [12 + i % 7, 13, 5 + i % 3]
         requests.append(Request(prompt, GenerationConfig(12 + 5 * (i % 4), SamplingParams()),
-                                drafter, DraftLength(k) if k else None))
-    alone = [generate(target, r.drafter, r.prompt, r.config, r.draft_length).token_ids
+                                drafter, limit and DraftLimit(limit.nodes, limit.depth)))
+    alone = [generate(target, r.drafter, r.prompt, r.config, r.limit, cost=cost).token_ids
              for r in requests]
-    together = generate_batch(target, requests, max_batch=16)
+    together = generate_batch(target, requests, max_batch=16, cost=cost)
     assert [r.token_ids for r in together] == alone
     assert sum(r.stats.accepted for r in together) > 0

@@ -101,9 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "prompts, as a server does; off by default, so that every prompt starts "
                         "clean as Spec-Bench assumes. Needs --repeats 1: no prompt may see its "
                         "own earlier run")
-    b.add_argument("--sweep-k", metavar="K1,K2,...",
-                   help="run every drafting method at each of these draft lengths (for the "
-                        "speed-up and τ against K plot), e.g. 1,2,4,6,8,12")
+    b.add_argument("--sweep-depth", metavar="D1,D2,...",
+                   help="run every drafting method at each of these depth caps (for the "
+                        "speed-up and τ against depth plot), e.g. 1,2,4,6,8,12")
     b.add_argument("--hf-lookup-tokens", type=int, default=10,
                    help="draft length of the peers' prompt lookup: transformers "
                         "prompt_lookup_num_tokens, llama.cpp num_pred_tokens (default 10)")
@@ -147,10 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("serve", help="OpenAI-compatible HTTP server",
                        description="Serve /v1/completions, /v1/chat/completions, /v1/models, "
-                                   "/health and /metrics. --method and --k are the default; a "
-                                   "request can pick another drafter with the extension field "
-                                   '"speculative": {"method": ..., "k": ...}. Requests run one '
-                                   "at a time, in order, from a bounded queue.")
+                                   "/health and /metrics. --method and the draft caps are the "
+                                   "default; a request can pick another drafter with the "
+                                   'extension field "speculative": {"method": ..., '
+                                   '"max_draft_nodes": ..., "max_draft_depth": ...}. Up to '
+                                   "--max-batch requests generate together, sharing each "
+                                   "target forward; the rest wait in a bounded queue.")
     _add_model_args(v)
     _add_method_arg(v)
     add_drafter_arguments(v)

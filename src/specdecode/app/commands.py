@@ -150,6 +150,7 @@ def bench(args: argparse.Namespace) -> int:
 def tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from ..core.cost import measure, save_step_cost
     from ..profiles import save_profile_section
     from .bench.specbench import GROUPS, calibration_prompts
     from .layer_search import search_layers_once
@@ -159,6 +160,9 @@ def tune(args: argparse.Namespace) -> int:
     if args.per_group < 1 or args.max_new_tokens < 1:
         raise InvalidParameterError("--per-group and --max-new-tokens must be >= 1")
     model = load(args)
+    cost = measure(model.target)
+    save_step_cost(model, cost)  # before the candidates: every drafter's budget is chosen by it
+    print(f"step cost on this machine ({model.kernels}): {cost}", file=sys.stderr)
     search_layers_once(model, redo=args.search_layers)
     prompts = [model.encode_prompt(p) for p in calibration_prompts(args.per_group, tuple(GROUPS))]
     runs = len(prompts) * len(candidates(model, args.draft_model))
@@ -238,8 +242,9 @@ def train(args: argparse.Namespace) -> int:
         print(f"{e['epoch']:>5} {e['train_loss']:>10.4f} {e['val_loss']:>9.4f} {accuracy:>16} "
               f"{e['seconds']:>6.0f}")
     tau = info["validation_tau"]
-    tau_text = (f"validation τ {tau['tau']:.2f} at k={tau['k']} on {tau['prompts']} prompts"
-                if tau else "validation τ not measured")
+    tau_text = (f"validation τ {tau['tau']:.2f} with {tau['nodes']} nodes at depth "
+                f"{tau['depth']} on {tau['prompts']} prompts" if tau else
+                "validation τ not measured")
     head = Path(args.out) / "head"
     print(f"{args.method} head for {record['target']}: {info['train_prompts']} prompts, "
           f"{info['train_answer_tokens']} answer tokens, {tau_text}; {info['wall_seconds']:.0f} s. "

@@ -15,7 +15,7 @@ import torch
 
 from ..core.engine import generate
 from ..core.sampling import SamplingParams
-from ..core.sequence import DraftLength, GenerationConfig
+from ..core.sequence import DraftLimit, GenerationConfig
 from ..drafters.layerskip import PROFILE_SECTION, LayerSkip
 from ..drafters.plain import NoDrafter
 from ..models import LoadedModel
@@ -87,7 +87,7 @@ def search_layers(
     def timed(drafter, k):
         seconds, outputs = 0.0, []
         for prompt in prompts:
-            result = generate(target, drafter, prompt, config, DraftLength(k) if k else None,
+            result = generate(target, drafter, prompt, config, DraftLimit(k, k) if k else None,
                               model.eos_token_ids)
             seconds += result.stats.wall_seconds
             outputs.append(result.token_ids)

@@ -14,13 +14,19 @@ from ..spec import DecodingSpec, check_options, resolve
 
 
 def add_drafter_arguments(p: argparse.ArgumentParser) -> None:
-    """--k, --adaptive, --k-max, and one flag per drafter option (`--ngram-max`, ...): an option
+    """The draft caps, --adaptive, and one flag per drafter option (`--ngram-max`, ...): an option
     several drafters share is one flag whose help names each."""
-    p.add_argument("--k", type=int,
-                   help="draft length γ (default: the tuned profile's, else the method's own)")
+    p.add_argument("--max-draft-nodes", type=int,
+                   help="the most draft tokens one step may score (a tree's nodes; a chain's "
+                        "length is the smaller cap); each step scores those whose estimated "
+                        "chance of acceptance pays for their rows on this machine (default: the "
+                        "tuned profile's, else the method's own)")
+    p.add_argument("--max-draft-depth", type=int,
+                   help="the longest draft path: a chain's length, a tree's levels, medusa's "
+                        "heads used (default: the tuned profile's, else the method's own)")
     p.add_argument("--adaptive", action="store_true",
-                   help="adapt γ: +2 after a fully accepted draft, -1 after a rejection")
-    p.add_argument("--k-max", type=int, default=16, help="upper bound for adaptive γ (default 16)")
+                   help="adapt the depth cap per step: +2 after a draft accepted to its deepest "
+                        "level, -1 after a rejection, within 1..--max-draft-depth")
     for name, declared in option_fields().items():
         first = declared[0][1]
         helps = [f"{method}: {f.metadata['help']}" for method, f in declared]
@@ -42,7 +48,8 @@ def drafter_values(args: argparse.Namespace) -> dict[str, Any]:
 
 def check_args(args: argparse.Namespace) -> None:
     """Bad drafting values fail before the model loads (and before anything is printed)."""
-    check_options(getattr(args, "method", None), args.k, args.k_max, drafter_values(args))
+    check_options(getattr(args, "method", None), args.max_draft_nodes, args.max_draft_depth,
+                  drafter_values(args))
 
 
 def load(args: argparse.Namespace) -> LoadedModel:
@@ -54,9 +61,9 @@ def resolve_args(args: argparse.Namespace, model: LoadedModel, method: str | Non
                  **overrides: Any) -> DecodingSpec:
     """The spec for `method` (default --method) with the command line's drafting values, some
     replaced by `overrides` (by field name)."""
-    return resolve(model, method or getattr(args, "method", None), k=args.k,
-                   adaptive=args.adaptive, k_max=args.k_max,
-                   options={**drafter_values(args), **overrides})
+    return resolve(model, method or getattr(args, "method", None),
+                   max_draft_nodes=args.max_draft_nodes, max_draft_depth=args.max_draft_depth,
+                   adaptive=args.adaptive, options={**drafter_values(args), **overrides})
 
 
 def print_json(obj) -> None:

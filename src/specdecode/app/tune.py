@@ -34,10 +34,12 @@ def candidates(model: LoadedModel, draft_model: str | None) -> list[DecodingSpec
         cls = DRAFTERS[method]
         for variant in cls.tune_candidates(model, draft_model):
             values = dict(variant)
-            k = values.pop("k", None)
+            nodes = values.pop("max_draft_nodes", None)
+            depth = values.pop("max_draft_depth", None)
             if cls.unavailable(model, make_options(method, values)):
                 continue
-            spec = resolve(model, method, k=k, options=values, tuned=False)
+            spec = resolve(model, method, max_draft_nodes=nodes, max_draft_depth=depth,
+                           options=values, tuned=False)
             if spec.label() not in {s.label() for s in found}:
                 found.append(spec)
     return found
@@ -71,7 +73,8 @@ def tune(model: LoadedModel, prompts: list[list[int]], draft_model: str | None =
     if seconds[1] <= seconds[best] * (1 + NOISE):  # candidates()[1] is the built-in default
         best = 1
     spec = decoders[best].spec
-    return {"method": spec.method, "k": spec.k, "options": asdict(spec.options),
+    return {"method": spec.method, "max_draft_nodes": spec.max_draft_nodes,
+            "max_draft_depth": spec.max_draft_depth, "options": asdict(spec.options),
             "label": labels[best], "speedup": round(seconds[0] / seconds[best], 3),
             "measured": {label: round(seconds[0] / s, 3) for label, s in zip(labels, seconds)},
             "kernels": model.kernels, "date": time.strftime("%Y-%m-%d")}

@@ -14,8 +14,9 @@ from typing import Callable, Sequence
 
 from ..drafters.base import Drafter
 from ..models.target import Target
+from .cost import StepCost
 from .engine import Chunk, GenerationResult, start, step_batch
-from .sequence import DraftLength, GenerationConfig
+from .sequence import DraftLimit, GenerationConfig
 from .sequence import Sequence as Seq
 
 
@@ -26,17 +27,20 @@ class Request:
     prompt: Sequence[int]
     config: GenerationConfig
     drafter: Drafter
-    draft_length: DraftLength | None
+    limit: DraftLimit | None  # None: plain decoding
 
 
 class Batch:
     """The sequences in flight on one target. `join` prefills a prompt (all of it, before the next
-    step); `step` advances every active sequence by one target forward and drops the finished;
+    step); `step` advances every active sequence by one target forward, its draft rows chosen by
+    `cost` for the whole batch (`core.budget`; None: every proposed node), and drops the finished;
     `leave` drops a sequence at once (a cancelled request), freeing its cache."""
 
-    def __init__(self, target: Target, eos_token_ids: frozenset[int] = frozenset(),
+    def __init__(self, target: Target, cost: StepCost | None = None,
+                 eos_token_ids: frozenset[int] = frozenset(),
                  decode: Callable[[list[int]], str] | None = None) -> None:
-        self.target, self.eos_token_ids, self.decode = target, eos_token_ids, decode
+        self.target, self.cost = target, cost
+        self.eos_token_ids, self.decode = eos_token_ids, decode
         self.active: list[tuple[Drafter, Seq, float]] = []  # (drafter, sequence, joined at)
         self.last_step = (0, 0, 0)  # the last step's sequences, rows and draft rows
 
@@ -46,7 +50,7 @@ class Batch:
     def join(self, request: Request) -> Seq:
         joined = time.perf_counter()
         seq = start(self.target, request.drafter, request.prompt, request.config,
-                    request.draft_length, self.decode)
+                    request.limit, self.decode)
         self.active.append((request.drafter, seq, joined))
         return seq
 
@@ -58,7 +62,8 @@ class Batch:
         if not self.active:
             return []
         drafted = sum(s.stats.drafted for _, s, _ in self.active)
-        chunks = step_batch(self.target, [(d, s) for d, s, _ in self.active], self.eos_token_ids)
+        chunks = step_batch(self.target, [(d, s) for d, s, _ in self.active], self.eos_token_ids,
+                            self.cost)
         draft_rows = sum(s.stats.drafted for _, s, _ in self.active) - drafted
         self.last_step = (len(self.active), len(self.active) + draft_rows, draft_rows)
         now, out, still = time.perf_counter(), [], []
@@ -73,11 +78,11 @@ class Batch:
 
 
 def generate_batch(target: Target, requests: list[Request], max_batch: int,
-                   eos_token_ids: frozenset[int] = frozenset(),
+                   cost: StepCost | None = None, eos_token_ids: frozenset[int] = frozenset(),
                    decode: Callable[[list[int]], str] | None = None) -> list[GenerationResult]:
     """Generate every request, at most `max_batch` at a time (a finished one's place goes to the
     next waiting); results in the order of `requests`."""
-    batch = Batch(target, eos_token_ids, decode)
+    batch = Batch(target, cost, eos_token_ids, decode)
     waiting = list(enumerate(requests))
     index: dict[int, int] = {}  # id(sequence) -> position in requests
     parts: dict[int, tuple[list[int], list[str]]] = {}

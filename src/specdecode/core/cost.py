@@ -1,55 +1,72 @@
-"""What a target step costs as it scores more rows: the measured curve drafters weigh their
-drafts against.
+"""What a target step costs as it scores more rows: the measured curve the draft budget is chosen
+from (`core.budget`).
 
-A draft token pays when the chance that it is accepted exceeds what its row adds to the step: with
-fp32 weights a step over 8 rows costs little more than one (memory-bound), with 8-bit integer
-kernels every row adds its own arithmetic, and on the torch path a row costs nearly a step. The
-curve is measured on the machine, once per target, not assumed.
+With fp32 weights a step over 8 rows costs little more than one (memory-bound); with 8-bit integer
+kernels every row adds its own arithmetic; on the torch path a row costs nearly a step; and every
+row attends to its own sequence's whole cache, so rows cost more as contexts grow. The curve is
+measured on the machine, once per target, not assumed; `specdecode tune` saves it in the model's
+profile, where later processes on the same machine and kernel path find it.
 """
 
 from __future__ import annotations
 
+import bisect
+import os
+import platform
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from ..models.target import Target, forward
+from ..profiles import load_profile, save_profile_section
 
 if TYPE_CHECKING:
     from ..models import LoadedModel
 
+PROFILE_SECTION = "step_cost"
+MEASURED_ROWS = (1, 2, 4, 8, 16, 32, 64)
+SHORT_CONTEXT, LONG_CONTEXT = 64, 1024
+
 # by (model, weight formats, kernel path), not by thread count: every load of one model in a
 # process drafts alike, so a server's worker thread and a library call report the same τ
-_ROW_COSTS: dict[tuple[str, str, str], "RowCost"] = {}
+_MEASURED: dict[tuple[str, str, str], "StepCost"] = {}
 
 
 @dataclass(frozen=True)
-class RowCost:
-    """What one more row adds to a step, in one-token steps, as a line in the number of cached
-    tokens: each row attends to the whole context, so rows cost more as it grows (measured at two
-    context lengths, extrapolated past them, never below 0)."""
+class StepCost:
+    """Seconds of one target forward: `seconds[i]` over `rows[i]` new rows (all sequences' rows
+    together) after `context` cached tokens each, linear between measured row counts and past the
+    last, plus `per_cached` seconds for every (row, cached token beyond `context`) pair."""
 
-    short: float  # at `short_context` cached tokens
-    long: float  # at `long_context`
-    short_context: int = 64
-    long_context: int = 1024
+    rows: tuple[int, ...]  # increasing, 1 first
+    seconds: tuple[float, ...]
+    context: int = SHORT_CONTEXT
+    per_cached: float = 0.0
 
     @classmethod
-    def flat(cls, cost: float) -> "RowCost":
-        return cls(cost, cost)
+    def linear(cls, row_cost: float, per_cached: float = 0.0) -> "StepCost":
+        """A one-row step of 1 (unit) time, each further row `row_cost` of it."""
+        return cls((1, 2), (1.0, 1.0 + row_cost), SHORT_CONTEXT, per_cached)
 
-    def at(self, context: int) -> float:
-        slope = (self.long - self.short) / (self.long_context - self.short_context)
-        return max(0.0, self.short + slope * (context - self.short_context))
+    def step(self, rows: int, cached: int) -> float:
+        """The seconds of a forward over `rows` rows whose caches hold `cached` tokens in all
+        (summed over the rows: each row attends to its own sequence's cache)."""
+        i = min(max(bisect.bisect_left(self.rows, rows), 1), len(self.rows) - 1)
+        r0, r1, s0, s1 = self.rows[i - 1], self.rows[i], self.seconds[i - 1], self.seconds[i]
+        base = s0 + (s1 - s0) * (rows - r0) / (r1 - r0)
+        return max(base, 0.0) + self.per_cached * max(cached - rows * self.context, 0)
+
+    def row_cost(self, context: int = SHORT_CONTEXT) -> float:
+        """What an eighth row adds to a step of 7, after `context` cached tokens, in one-row
+        steps (for reports)."""
+        one = self.step(1, context)
+        return (self.step(8, 8 * context) - self.step(7, 7 * context)) / one
 
     def __str__(self) -> str:
-        if self.short == self.long:
-            return f"{self.short:.2f}"
-        return f"{self.short:.2f} at {self.short_context} tokens, {self.long:.2f} at {self.long_context}"
-
+        return f"rows cost {self.row_cost():.2f} of a step"
 
 
 def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
@@ -79,18 +96,55 @@ def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
     return {n: statistics.median(t) for n, t in times.items()}
 
 
-def row_cost(model: "LoadedModel", rows: int = 8) -> RowCost:
-    """What one more row adds to a step of `model`'s target, in one-token steps,
-    (c(rows) - c(1)) / ((rows - 1) c(1)), after 64 and after 1024 cached tokens (fewer if the
-    context window is smaller); measured once per model, weight formats and kernel path in a
-    process (about twenty steps)."""
+def measure(target: Target, repeats: int = 5) -> StepCost:
+    """The curve over MEASURED_ROWS rows after SHORT_CONTEXT cached tokens, and what a row adds
+    per cached token from 1- and 8-row steps after LONG_CONTEXT (fewer where the window is
+    smaller) — the 1-row difference is subtracted, so the fixed per-step costs cancel."""
+    rows = tuple(r for r in MEASURED_ROWS if SHORT_CONTEXT + r < target.max_length)
+    short = step_seconds(target, rows, context=SHORT_CONTEXT, repeats=repeats)
+    per_cached = 0.0
+    long_context = min(LONG_CONTEXT, target.max_length - 9)
+    if long_context >= 2 * SHORT_CONTEXT:
+        long = step_seconds(target, (1, 8), context=long_context, repeats=repeats)
+        extra = (long[8] - short[8]) - (long[1] - short[1])
+        per_cached = max(extra, 0.0) / (7 * (long_context - SHORT_CONTEXT))
+    return StepCost(rows, tuple(short[r] for r in rows), SHORT_CONTEXT, per_cached)
+
+
+def machine_key(model: "LoadedModel") -> str:
+    """What a measured curve depends on besides the model: weight formats, kernel path (with its
+    threads) and CPU."""
+    return f"{model.weights} | {model.kernels} | {platform.machine()} {_cpu_name()}"
+
+
+def step_cost(model: "LoadedModel") -> StepCost:
+    """The model's curve on this machine: from its profile when `tune` saved one for this machine
+    key, else measured (about a second), once per model, formats and kernel path in a process."""
     path = getattr(getattr(model.target, "kernels", None), "name", None) or model.kernels
     key = (model.key, model.weights, path)
-    if key not in _ROW_COSTS:
-        contexts = (64, max(65, min(1024, model.target.max_length - rows - 1)))
-        costs = []
-        for context in contexts:
-            seconds = step_seconds(model.target, (1, rows), context=context, repeats=5)
-            costs.append(max(0.0, (seconds[rows] / seconds[1] - 1) / (rows - 1)))
-        _ROW_COSTS[key] = RowCost(costs[0], costs[1], *contexts)
-    return _ROW_COSTS[key]
+    if key not in _MEASURED:
+        saved = (load_profile(model.key).get(PROFILE_SECTION) or {}).get(machine_key(model))
+        _MEASURED[key] = (StepCost(tuple(saved["rows"]), tuple(saved["seconds"]),
+                                   saved["context"], saved["per_cached"])
+                          if saved else measure(model.target))
+    return _MEASURED[key]
+
+
+def save_step_cost(model: "LoadedModel", cost: StepCost) -> None:
+    """Keep `cost` in the model's profile under this machine's key (what `tune` measured)."""
+    section = dict(load_profile(model.key).get(PROFILE_SECTION) or {})
+    section[machine_key(model)] = {**asdict(cost), "date": time.strftime("%Y-%m-%d")}
+    save_profile_section(model.key, PROFILE_SECTION, section)
+    path = getattr(getattr(model.target, "kernels", None), "name", None) or model.kernels
+    _MEASURED[(model.key, model.weights, path)] = cost
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or os.uname().machine

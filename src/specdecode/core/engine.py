@@ -1,8 +1,9 @@
 """The decoding loop, shared by plain decoding (an empty draft) and every drafter.
 
 Cache invariant: between steps a sequence's KV cache holds context[:n-1]; the last context token
-is *pending* (fed in the next forward). One step:
-  1 propose  — the drafter proposes a token tree of N nodes (a chain, or N = 0 for plain decoding);
+is *pending* (fed in the next forward). One step, for one sequence or a batch of them:
+  1 propose  — each drafter proposes a token tree within its caps; the step's budget keeps the N
+               nodes that pay for their rows (`budget.allocate`; N = 0 is plain decoding);
   2 score    — one target forward over [pending, nodes] (tree attention) gives N + 1 distributions;
   3 verify   — the verifier accepts a path of a nodes and adds one recovered-or-bonus token;
   4 commit   — compact the cache to the pending token + the accepted path (n + a entries), append
@@ -21,10 +22,12 @@ import torch
 from ..drafters.base import EMPTY_DRAFT, Draft, Drafter
 from ..errors import InvalidParameterError, PromptTooLongError
 from ..models.target import Target
+from .budget import allocate
+from .cost import StepCost
 from .detokenize import IncrementalText
 from .metrics import RunStats
 from .sampling import probabilities
-from .sequence import DraftLength, GenerationConfig, Sequence, new_generator
+from .sequence import DraftLimit, GenerationConfig, Sequence, new_generator
 from .verify import verify_greedy, verify_sampling
 
 
@@ -37,8 +40,7 @@ class Chunk:
 
 
 def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
-          draft_length: DraftLength | None,
-          decode: Callable[[list[int]], str] | None = None) -> Sequence:
+          limit: DraftLimit | None, decode: Callable[[list[int]], str] | None = None) -> Sequence:
     """A new sequence for `prompt`, its prompt prefilled (all but the pending last token)."""
     if not prompt:
         raise InvalidParameterError("the prompt is empty")
@@ -50,7 +52,7 @@ def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: Generat
     tokens = torch.empty(target.max_length, dtype=torch.long)
     tokens[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
     seq = Sequence(tokens, len(prompt), len(prompt), target.new_cache(), config,
-                   new_generator(config.seed, target.device), draft_length,
+                   new_generator(config.seed, target.device), limit,
                    IncrementalText(decode, config.stop) if decode else None)
     drafter.start(seq)
     if seq.length > 1:
@@ -78,23 +80,29 @@ class _Planned:
 
 
 def step(target: Target, drafter: Drafter, seq: Sequence,
-         eos_token_ids: frozenset[int] = frozenset()) -> Chunk:
+         eos_token_ids: frozenset[int] = frozenset(), cost: StepCost | None = None) -> Chunk:
     """One target forward for `seq`: propose, score, verify, commit. Returns the step's Chunk (the
     last one, with finish_reason and stats, once the sequence is done)."""
-    return step_batch(target, [(drafter, seq)], eos_token_ids)[0]
+    return step_batch(target, [(drafter, seq)], eos_token_ids, cost)[0]
 
 
 def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
-               eos_token_ids: frozenset[int] = frozenset()) -> list[Chunk]:
+               eos_token_ids: frozenset[int] = frozenset(),
+               cost: StepCost | None = None) -> list[Chunk]:
     """One target forward for several unfinished sequences, each with its own drafter: every
-    sequence proposes, the rows of all of them are scored together (each against its own cache),
-    then each is verified and committed alone. A sequence's tokens are the same as stepped alone:
-    the target computes a row the same way whatever else the forward holds."""
+    sequence proposes, the step keeps the draft nodes that pay by `cost` (None: every proposed
+    node), the rows of all of them are scored together (each against its own cache), then each is
+    verified and committed alone. A sequence's tokens are the same as stepped alone: the target
+    computes a row the same way whatever else the forward holds."""
     clock = time.perf_counter
     planned = []
     for drafter, seq in work:  # 1 propose
         t0 = clock()
         planned.append(_Planned(drafter, seq, _propose(target, drafter, seq), clock() - t0))
+    if cost is not None:
+        counts = allocate(cost, [(p.draft.chances, len(p.draft), p.seq.length) for p in planned])
+        for p, n in zip(planned, counts):
+            p.draft = p.draft.best(n)
     t1 = clock()  # 2 score every pending token and draft in one target forward
     hiddens = target.hidden_batch([(p.seq.cache, p.rows, p.draft.tree) for p in planned])
     logits = target.logits(torch.cat(hiddens)).split([h.shape[0] for h in hiddens])
@@ -104,10 +112,9 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
 
 
 def _propose(target: Target, drafter: Drafter, seq: Sequence) -> Draft:
-    stats = seq.stats
-    budget = min(seq.config.max_new_tokens - stats.new_tokens, target.max_length - seq.length)
-    gamma = min(seq.draft_length.k if seq.draft_length else 0, budget - 1)
-    return drafter.propose(seq, gamma) if gamma > 0 else EMPTY_DRAFT
+    left = min(seq.config.max_new_tokens - seq.stats.new_tokens, target.max_length - seq.length)
+    budget = seq.limit.budget(left - 1) if seq.limit else None  # room for the bonus token
+    return drafter.propose(seq, budget) if budget and budget.nodes > 0 else EMPTY_DRAFT
 
 
 def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_seconds: float,
@@ -125,15 +132,15 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
     verify_seconds = forward_seconds + time.perf_counter() - t2
     # 4 commit: node i sits at cache position n + i, behind the pending token at n - 1
     seq.cache.compact(n, [n + i for i in verdict.path])
-    drafter.observe(seq, verdict.accepted)
+    drafter.observe(seq, len(tree), verdict.accepted)
     rows = [0] + [i + 1 for i in verdict.path]  # the root's and the accepted nodes'
     if drafter.uses_features:
         drafter.observe_features(seq, hidden[rows])
     if drafter.uses_logits:
         drafter.observe_logits(seq, [int(seq.tokens[n - 1])] + tree.path_tokens(list(verdict.path)),
                                logits[rows])
-    if seq.draft_length:
-        seq.draft_length.update(tree.depth, verdict.accepted)  # all accepted: the deepest level
+    if seq.limit:
+        seq.limit.update(tree.depth, verdict.accepted)  # all accepted: the deepest level
     new = tree.path_tokens(list(verdict.path)) + [verdict.token]
     confirmed = len(new)
     for i, token in enumerate(new):
@@ -157,14 +164,16 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
 
 
 def stream(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
-           draft_length: DraftLength | None, eos_token_ids: frozenset[int] = frozenset(),
-           decode: Callable[[list[int]], str] | None = None) -> Iterator[Chunk]:
+           limit: DraftLimit | None, eos_token_ids: frozenset[int] = frozenset(),
+           decode: Callable[[list[int]], str] | None = None,
+           cost: StepCost | None = None) -> Iterator[Chunk]:
     """Generate from `prompt`, yielding a Chunk per step; the last chunk carries the stats, whose
-    wall time runs from the start of the prefill to the last step."""
+    wall time runs from the start of the prefill to the last step. `cost`: the target's step
+    cost, by which each step keeps the draft nodes that pay (None: all proposed)."""
     started = time.perf_counter()
-    seq = start(target, drafter, prompt, config, draft_length, decode)
+    seq = start(target, drafter, prompt, config, limit, decode)
     while True:
-        chunk = step(target, drafter, seq, eos_token_ids)
+        chunk = step(target, drafter, seq, eos_token_ids, cost)
         if chunk.finish_reason is not None:
             seq.stats.wall_seconds = time.perf_counter() - started
             yield chunk

@@ -2,7 +2,7 @@
 
 Targets and drafters hold weights and policies; everything that changes during a request lives
 here: the tokens, the target's KV cache for them, the drafter's own state, the random generator,
-the adaptive draft length and the statistics. Several sequences can therefore be in flight on one
+the draft caps (adaptive or not) and the statistics. Several sequences can therefore be in flight on one
 model (a batching engine steps a list of them).
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..errors import InvalidParameterError
+from .budget import DraftBudget
 from .detokenize import IncrementalText
 from .metrics import RunStats
 from .sampling import SamplingParams
@@ -31,32 +32,38 @@ class GenerationConfig:
             raise InvalidParameterError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
 
 
+ADAPTIVE_MAX_DEPTH = 16  # how deep an adaptive depth cap may grow
+
+
 @dataclass
-class DraftLength:
-    """Draft length γ for the next step; optionally adaptive.
+class DraftLimit:
+    """The caps on what this sequence's drafter proposes per step (`budget.DraftBudget`); the
+    step's cost rule (`budget.allocate`) scores the part of a draft that pays.
 
-    Adaptive rule (as transformers' assisted generation): γ += 2 after a fully accepted draft (the
-    accepted path reached the draft's deepest level: a whole chain, or one full branch of a tree),
-    γ -= 1 after a rejection, always within [k_min, k_max]."""
+    Adaptive (as transformers' assisted generation, on the depth): the depth cap moves +2 after a
+    draft accepted to its deepest level (a whole chain, or one full branch of a tree) and -1 after
+    a rejection, always within [1, max_depth]."""
 
-    k: int
+    nodes: int
+    depth: int
     adaptive: bool = False
-    k_min: int = 1
-    k_max: int = 16
+    max_depth: int = ADAPTIVE_MAX_DEPTH
 
     def __post_init__(self) -> None:
-        if self.k < 1:
-            raise InvalidParameterError(f"k must be >= 1, got {self.k}")
-        if not 1 <= self.k_min <= self.k_max:
-            raise InvalidParameterError(f"need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
-        if self.adaptive:
-            self.k = min(max(self.k, self.k_min), self.k_max)
+        if self.nodes < 1 or self.depth < 1:
+            raise InvalidParameterError(f"max-draft-nodes and max-draft-depth must be >= 1, got "
+                                        f"{self.nodes}, {self.depth}")
+        self.max_depth = max(self.max_depth, self.depth)
+
+    def budget(self, room: int) -> DraftBudget:
+        """This step's caps when at most `room` more tokens may be drafted."""
+        return DraftBudget(max(min(self.nodes, room), 0), max(min(self.depth, room), 0))
 
     def update(self, depth: int, accepted: int) -> None:
         if not self.adaptive or depth == 0:
             return
         step = 2 if accepted == depth else -1
-        self.k = min(max(self.k + step, self.k_min), self.k_max)
+        self.depth = min(max(self.depth + step, 1), self.max_depth)
 
 
 @dataclass
@@ -67,7 +74,7 @@ class Sequence:
     cache: Any  # the target's `KVCache` for this sequence
     config: GenerationConfig
     generator: torch.Generator  # on the target's device: draws of this request only
-    draft_length: DraftLength | None  # None: plain decoding
+    limit: DraftLimit | None  # None: plain decoding
     text: IncrementalText | None  # detokenized output, with the stop strings
     stats: RunStats = field(default_factory=RunStats)
     drafter_state: Any = None  # whatever the drafter keeps for this request (`Drafter.start`)

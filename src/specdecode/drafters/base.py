@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import torch
 
+from ..core.budget import DraftBudget
 from ..core.sampling import SamplingParams, probabilities, sample
 from ..core.tree import TokenTree
 from ..errors import InvalidParameterError
@@ -32,12 +34,26 @@ class Draft:
     q: torch.Tensor | None  # [N, V] processed draft distributions, None for deterministic drafters
     forwards: int = 0  # draft-model forward passes spent on this proposal
     parents: torch.Tensor | None = None  # [N] int64 tree parents (`tree.TokenTree`); None: a chain
+    # [N] float: each node's estimated chance of lying on the accepted path, nodes best first, so
+    # that the step's budget (`core.budget`) can score a prefix; None: the draft is scored whole
+    chances: torch.Tensor | None = None
 
-    @property
+    @cached_property
     def tree(self) -> TokenTree:
         if self.parents is None:
             return TokenTree.chain(self.tokens)
         return TokenTree(self.tokens, self.parents)
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def best(self, n: int) -> "Draft":
+        """The first n nodes (parents precede children, so they form a tree)."""
+        if n >= len(self):
+            return self
+        cut = lambda t: None if t is None else t[:n]  # noqa: E731
+        return Draft(self.tokens[:n], cut(self.q), self.forwards, cut(self.parents),
+                     cut(self.chances))
 
 
 EMPTY_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)
@@ -80,21 +96,24 @@ class Drafter(ABC):
     @classmethod
     def tune_candidates(cls, model: "LoadedModel", draft_model: str | None) -> list[dict]:
         """The configurations `specdecode tune` times for this drafter: dicts of option values by
-        field name, and "k"; `draft_model` is tune's --draft-model. Default: the defaults."""
+        field name, and "max_draft_nodes" / "max_draft_depth" (the caps); `draft_model` is tune's
+        --draft-model. Default: the defaults."""
         return [{}]
 
     def start(self, seq: "Sequence") -> None:
         """Set up this drafter's state for a new sequence (`seq.drafter_state`)."""
 
     @abstractmethod
-    def propose(self, seq: "Sequence", k: int) -> Draft:
-        """Propose up to k tokens that continue seq.context (prompt + generated so far).
+    def propose(self, seq: "Sequence", budget: DraftBudget) -> Draft:
+        """Propose at most budget.nodes tokens, on paths of at most budget.depth, that continue
+        seq.context (prompt + generated so far); with chances where the drafter can estimate them.
 
         The sequence's cache holds context[:-1] when this is called and must hold exactly that
         again when it returns (drafters that run the target roll back what they appended)."""
 
-    def observe(self, seq: "Sequence", num_accepted: int) -> None:
-        """Told after each verification how many draft tokens were accepted."""
+    def observe(self, seq: "Sequence", scored: int, accepted: int) -> None:
+        """Told after each verification: how many of the proposed nodes were scored (the first
+        `scored`: the step's budget may keep fewer than proposed) and how many were accepted."""
 
     def observe_features(self, seq: "Sequence", hidden: torch.Tensor) -> None:
         """The target's hidden states [T, H] of the positions it just added to the sequence's
@@ -108,8 +127,9 @@ class Drafter(ABC):
         """Told once when a sequence has finished (not when it was cancelled)."""
 
     @property
-    def default_k(self) -> int:
-        return 4
+    def default_budget(self) -> DraftBudget:
+        """The caps when the user sets none: the most the cost rule may choose from."""
+        return DraftBudget(4, 4)
 
     def describe(self) -> str:
         """One line for reports: what this drafter is configured to do."""
@@ -169,17 +189,18 @@ def option_fields() -> dict[str, list[tuple[str, Any]]]:
 def draft_chain(
     forward: Callable[[torch.Tensor], torch.Tensor],
     first: torch.Tensor,
-    k: int,
+    length: int,
     params: SamplingParams,
     generator: torch.Generator | None,
 ) -> Draft:
     """Autoregressive drafting with any causal model: feed `first` ([T] int64, T >= 1), then take
-    k tokens one at a time, each from q = probabilities(draft logits) (the argmax when greedy).
+    `length` tokens one at a time, each from q = probabilities(draft logits) (the argmax when
+    greedy).
 
     `forward` appends tokens to the draft model's cache and returns their logits [T, V]."""
     tokens, qs = [], []
     logits = forward(first)[-1]
-    for i in range(k):
+    for i in range(length):
         if params.greedy:
             token = logits.argmax()
         else:
@@ -187,10 +208,10 @@ def draft_chain(
             qs.append(q)
             token = sample(q, generator)
         tokens.append(token)
-        if i + 1 < k:
+        if i + 1 < length:
             logits = forward(token.view(1))[-1]
     q = torch.stack(qs) if qs else None
-    return Draft(torch.stack(tokens).long(), q, forwards=k)
+    return Draft(torch.stack(tokens).long(), q, forwards=length)
 
 
 def create_drafter(method: str, model: "LoadedModel", options=None) -> Drafter:

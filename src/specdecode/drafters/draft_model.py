@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.budget import DraftBudget
 from ..errors import InvalidParameterError, VocabularyMismatchError
 from ..models.target import Target, forward
 from .base import EMPTY_DRAFT, Draft, Drafter, draft_chain, option, register
@@ -37,7 +38,8 @@ class DraftModel(Drafter):
 
     @classmethod
     def tune_candidates(cls, model, draft_model: str | None) -> list[dict]:
-        return [{"k": k, "draft_model": draft_model} for k in (2, 4, 6)] if draft_model else []
+        return ([{"max_draft_depth": d, "draft_model": draft_model} for d in (2, 4, 6)]
+                if draft_model else [])
 
     @classmethod
     def create(cls, model, options: Options) -> "DraftModel":
@@ -53,18 +55,18 @@ class DraftModel(Drafter):
     def start(self, seq) -> None:
         seq.drafter_state = _State(self.model.new_cache(), torch.empty(0, dtype=torch.long))
 
-    def propose(self, seq, k: int) -> Draft:
+    def propose(self, seq, budget: DraftBudget) -> Draft:
         state, context = seq.drafter_state, seq.context
         # reuse the cached prefix, but always refeed at least the last token to get its logits
         limit = min(state.cached.shape[0], context.shape[0] - 1)
         same = (state.cached[:limit] != context[:limit]).nonzero()
         keep = int(same[0, 0]) if same.numel() else limit
         state.cache.rollback(keep)
-        k = min(k, self.model.max_length - context.shape[0])
-        if k < 1:  # the draft model's context window is full: let the target go on alone
+        length = min(budget.nodes, budget.depth, self.model.max_length - context.shape[0])
+        if length < 1:  # the draft model's context window is full: let the target go on alone
             return EMPTY_DRAFT
         draft = draft_chain(lambda tokens: forward(self.model, state.cache, tokens),
-                            context[keep:], k, seq.sampling, seq.generator)
+                            context[keep:], length, seq.sampling, seq.generator)
         state.cached = torch.cat([context, draft.tokens[:-1]])  # the last draft token is never fed
         return draft
 

@@ -10,7 +10,8 @@ true target features arrive by `observe_features`).
 Dynamic tree (EAGLE-2): the root's top-`topk` tokens form level 1; for `depth - 1` rounds the
 `topk` nodes of the newest level with the highest cumulative log q are expanded (one head forward
 over them, each attending to the head's cache and its own ancestors), each into its `topk` best
-children; of all candidates the `nodes` best by cumulative log q become the draft tree.
+children; of all candidates the `nodes` best by cumulative log q become the draft tree (depth and
+nodes: the step's caps, `core.budget.DraftBudget`).
 
 The tree is a deterministic function of the context, so the verifier treats its tokens as drafts
 without a q (one-hot): lossless under sampling too (`verify.verify_sampling`).
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.budget import DraftBudget
 from ..core.tree import ROOT
 from ..models.heads import EagleHead
 from ..models.linear import Linear
@@ -53,13 +55,12 @@ class _State:
 class Eagle(LearnedDrafter):
     @dataclass(frozen=True)
     class Options(HeadOptions):
-        tree_topk: int = option(2, "children per expanded tree node; the tree's depth is --k")
+        tree_topk: int = option(2, "children per expanded tree node")
 
         def __post_init__(self) -> None:
-            super().__post_init__()
             positive("tree_topk", self.tree_topk)
 
-    def __init__(self, target: FeatureTarget, head: EagleHead, topk: int = 2, nodes: int = 3,
+    def __init__(self, target: FeatureTarget, head: EagleHead, topk: int = 2,
                  label: str = "eagle head") -> None:
         self.target = target  # read-only: its embedding; features come by observe_features
         self.fc = Linear(head.fc.weight.detach().to(target.dtype))  # 2H -> H
@@ -68,16 +69,16 @@ class Eagle(LearnedDrafter):
         self.layer = target.head_layer(weights, draft_lm_head(target, head.draft_vocab))
         self.draft_vocab = head.draft_vocab
         self.max_length = target.max_length
-        self.topk, self.nodes, self.label = topk, nodes, label
+        self.topk, self.label = topk, label
 
     @classmethod
     def create(cls, model, options: Options) -> "Eagle":
         return cls(model.target, cls.load_head(model, options), options.tree_topk,
-                   options.tree_nodes or DEFAULT_NODES, options.draft_model or "shipped head")
+                   options.draft_model or "shipped head")
 
     @property
-    def default_k(self) -> int:
-        return DEFAULT_DEPTH
+    def default_budget(self) -> DraftBudget:
+        return DraftBudget(DEFAULT_NODES, DEFAULT_DEPTH)
 
     def start(self, seq) -> None:
         seq.drafter_state = _State(self.layer.new_cache(),
@@ -108,7 +109,7 @@ class Eagle(LearnedDrafter):
         return to_token_ids(self.draft_vocab, indices), values
 
     @torch.inference_mode()
-    def propose(self, seq, k: int) -> Draft:
+    def propose(self, seq, budget: DraftBudget) -> Draft:
         state, context = seq.drafter_state, seq.context
         n = context.shape[0]
         committed = n - 1  # pairs 0..n-2 are known: features of the target's cached positions
@@ -121,9 +122,9 @@ class Eagle(LearnedDrafter):
                                     context[state.pairs + 1 : n])[-1:]
             state.pairs = committed
         last = state.last
-        budget = min(self.nodes, self.max_length - n)  # the target must fit the whole tree
-        k = min(k, 1 + (self.max_length - committed) // self.topk)  # and the head its expansions
-        if budget < 1:
+        nodes = min(budget.nodes, self.max_length - n)  # the target must fit the whole tree
+        depth = min(budget.depth, 1 + (self.max_length - committed) // self.topk)  # the head too
+        if nodes < 1:
             return EMPTY_DRAFT
         tokens, scores = self._children(last, self.topk)
         # candidates: token, parent (ROOT or candidate index), cumulative log q, depth
@@ -132,7 +133,7 @@ class Eagle(LearnedDrafter):
         feature_of = {ROOT: last[0]}  # ĥ that predicted each expanded candidate's children
         slot = {}  # expanded candidate -> its entry in the head's cache
         level = list(range(self.topk))
-        for depth in range(2, k + 1):
+        for level_depth in range(2, depth + 1):
             frontier = sorted(level, key=lambda c: -cand_scores[c])[: self.topk]
             start = cache.length
             mask = torch.zeros(len(frontier), start + len(frontier), dtype=torch.bool)
@@ -155,10 +156,11 @@ class Eagle(LearnedDrafter):
                     cand_tokens.append(token)
                     cand_parents.append(c)
                     cand_scores.append(cand_scores[c] + score)
-                    cand_depth.append(depth)
-        kept, parents = select_nodes(cand_parents, cand_scores, budget)
+                    cand_depth.append(level_depth)
+        kept, parents = select_nodes(cand_parents, cand_scores, nodes)
         return Draft(torch.tensor([cand_tokens[c] for c in kept]), None,
-                     forwards=max(k - 1, 0) + 1, parents=torch.tensor(parents, dtype=torch.long))
+                     forwards=max(depth - 1, 0) + 1,
+                     parents=torch.tensor(parents, dtype=torch.long))
 
     def describe(self) -> str:
-        return f"eagle ({self.label}, tree top-{self.topk}, {self.nodes} nodes)"
+        return f"eagle ({self.label}, tree top-{self.topk})"

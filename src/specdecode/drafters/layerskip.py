@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..core.budget import DraftBudget
 from ..errors import InvalidParameterError
 from ..models.target import LayerSkipTarget
 from ..profiles import load_profile
@@ -41,11 +42,11 @@ class LayerSkip(Drafter):
             None, "comma-separated decoder layers the draft pass runs (default: the model's "
                   "profile from `specdecode tune`)", parse=parse_layers)
 
-    def __init__(self, target: LayerSkipTarget, layers: Sequence[int] | None, k: int = 4,
+    def __init__(self, target: LayerSkipTarget, layers: Sequence[int] | None, length: int = 4,
                  note: str = "") -> None:
         self.target = target
         self.layers = None if layers is None else tuple(layers)
-        self._k = k
+        self.length = length  # draft length when the user sets no cap (the profile's)
         self.note = note
 
     @classmethod
@@ -67,20 +68,20 @@ class LayerSkip(Drafter):
                     f"no skip set beat plain decoding on this model (best measured "
                     f"{profile['best_speedup']:.2f}x)")
             log.warning("layerskip: %s; decoding plainly", note)
-            return cls(model.target, None, k=0, note=note + "; decoding plainly")
+            return cls(model.target, None, length=0, note=note + "; decoding plainly")
         return cls(model.target, profile["layers"], profile["k"])
 
     @property
-    def default_k(self) -> int:
-        return self._k
+    def default_budget(self) -> DraftBudget:
+        return DraftBudget(self.length, self.length)
 
-    def propose(self, seq, k: int) -> Draft:
+    def propose(self, seq, budget: DraftBudget) -> Draft:
         if self.layers is None:
             return EMPTY_DRAFT
         start = seq.cache.length  # == len(context) - 1: the pending token is not cached yet
         draft = draft_chain(
             lambda tokens: self.target.forward_layers(seq.cache, tokens, self.layers),
-            seq.context[-1:], k, seq.sampling, seq.generator)
+            seq.context[-1:], min(budget.nodes, budget.depth), seq.sampling, seq.generator)
         seq.cache.rollback(start)
         return draft
 

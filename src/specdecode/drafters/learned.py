@@ -66,12 +66,6 @@ class HeadOptions:
 
     draft_model: str | None = option(
         None, "a trained head directory (default: the head shipped for the model)")
-    tree_nodes: int | None = option(
-        None, f"draft tokens per tree, all verified in one forward (default {DEFAULT_NODES})",
-        parse=int)
-
-    def __post_init__(self) -> None:
-        positive("tree_nodes", self.tree_nodes)
 
 
 class LearnedDrafter(Drafter):

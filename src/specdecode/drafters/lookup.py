@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core.cost import RowCost, row_cost
+from ..core.budget import DraftBudget
 from ..errors import InvalidParameterError
 from .base import EMPTY_DRAFT, Draft, Drafter, option, register
 
@@ -36,31 +36,34 @@ class MatchEvidence:
 
     reached: dict[int, list[int]] = field(default_factory=dict)
     accepted: dict[int, list[int]] = field(default_factory=dict)
-    pending: tuple[int, int] = (0, 0)  # (n, tokens) of the draft awaiting its verdict
+    pending: int = 0  # n of the draft awaiting its verdict
 
     def chances(self, n: int, positions: int) -> list[float]:
         """P(the first j draft tokens are accepted), j = 1..positions: the product of each
         position's acceptance rate given the ones before, estimated with PRIOR_WEIGHT
-        pseudo-observations of rate PRIOR."""
+        pseudo-observations of the position before's rate (PRIOR for the first): a position never
+        judged is taken to be as good as the last one judged, so drafts can grow."""
         reached, accepted = self.reached.get(n, []), self.accepted.get(n, [])
-        chance, out = 1.0, []
+        chance, rate, out = 1.0, PRIOR, []
         for j in range(positions):
             seen, hit = (reached[j], accepted[j]) if j < len(reached) else (0, 0)
-            chance *= (hit + PRIOR_WEIGHT * PRIOR) / (seen + PRIOR_WEIGHT)
+            rate = (hit + PRIOR_WEIGHT * rate) / (seen + PRIOR_WEIGHT)
+            chance *= rate
             out.append(chance)
         return out
 
-    def record(self, num_accepted: int) -> None:
-        n, tokens = self.pending
+    def record(self, scored: int, accepted: int) -> None:
+        """The verdict on the pending draft, of which the first `scored` tokens were scored."""
+        n = self.pending
         reached = self.reached.setdefault(n, [])
-        accepted = self.accepted.setdefault(n, [])
-        for j in range(min(tokens, num_accepted + 1)):  # positions the verifier looked at
+        hits = self.accepted.setdefault(n, [])
+        for j in range(min(scored, accepted + 1)):  # positions the verifier looked at
             if j == len(reached):
                 reached.append(0)
-                accepted.append(0)
+                hits.append(0)
             reached[j] += 1
-            accepted[j] += num_accepted > j
-        self.pending = (0, 0)
+            hits[j] += accepted > j
+        self.pending = 0
 
 
 PRIOR, PRIOR_WEIGHT = 0.5, 2.0  # a weak prior: a sequence's own verdicts soon outweigh it
@@ -68,11 +71,10 @@ PRIOR, PRIOR_WEIGHT = 0.5, 2.0  # a weak prior: a sequence's own verdicts soon o
 
 @register("lookup")
 class PromptLookup(Drafter):
-    """Drafts as many of a match's tokens as pay for their rows: token j goes into the draft
-    while the chance that it and all before it are accepted (this sequence's record for matches
-    of this length) exceeds what one more row adds to the step (`core.cost.row_cost`, measured).
-    On kernels where rows are nearly free it drafts up to k; where each row costs its own
-    arithmetic it drafts only what is likely to be kept."""
+    """Proposes a match's continuation with each token's chance that it and all before it are
+    accepted (this sequence's record for matches of this length), so that the step scores only
+    the tokens that pay for their rows (`core.budget`): on kernels where rows are nearly free up
+    to the depth cap, where each row costs its own arithmetic only what is likely to be kept."""
 
     @dataclass(frozen=True)
     class Options:
@@ -84,42 +86,40 @@ class PromptLookup(Drafter):
                 raise InvalidParameterError(f"need 1 <= ngram-min <= ngram-max, got "
                                             f"{self.ngram_min}, {self.ngram_max}")
 
-    def __init__(self, ngram_max: int = 5, ngram_min: int = 1,
-                 row_cost: RowCost | float = 0.0) -> None:
+    def __init__(self, ngram_max: int = 5, ngram_min: int = 1) -> None:
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
-        self.row_cost = row_cost if isinstance(row_cost, RowCost) else RowCost.flat(row_cost)
 
     @classmethod
     def tune_candidates(cls, model, draft_model: str | None) -> list[dict]:
-        return [{"k": k, "ngram_max": n} for n in (3, 5) for k in (3, 5, 7, 10)]
+        return [{"max_draft_depth": d, "ngram_max": n} for n in (3, 5) for d in (3, 5, 7, 10)]
 
     @classmethod
     def create(cls, model, options: Options) -> "PromptLookup":
-        return cls(options.ngram_max, options.ngram_min, row_cost(model))
+        return cls(options.ngram_max, options.ngram_min)
 
     def start(self, seq) -> None:
         seq.drafter_state = MatchEvidence()
 
-    def propose(self, seq, k: int) -> Draft:
+    def propose(self, seq, budget: DraftBudget) -> Draft:
         if seq.drafter_state is None:
             self.start(seq)
         evidence, context = seq.drafter_state, seq.context
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
-            tokens = find_continuation(context, n, k)
+            tokens = find_continuation(context, n, min(budget.nodes, budget.depth))
             if tokens.numel():
-                cost = self.row_cost.at(seq.context.shape[0])
-                paying = sum(p > cost for p in evidence.chances(n, len(tokens)))
-                evidence.pending = (n, paying)
-                return Draft(tokens[:paying], None) if paying else EMPTY_DRAFT
+                evidence.pending = n
+                chances = torch.tensor(evidence.chances(n, len(tokens)))
+                return Draft(tokens, None, chances=chances)
         return EMPTY_DRAFT
 
-    def observe(self, seq, num_accepted: int) -> None:
-        if seq.drafter_state is not None and seq.drafter_state.pending[1]:
-            seq.drafter_state.record(num_accepted)
+    def observe(self, seq, scored: int, accepted: int) -> None:
+        evidence = seq.drafter_state
+        if evidence is not None and scored:
+            evidence.record(scored, accepted)
 
     @property
-    def default_k(self) -> int:
-        return 10  # the most a match drafts; the row cost decides how many it does
+    def default_budget(self) -> DraftBudget:
+        return DraftBudget(10, 10)  # the most a match drafts; the step's cost keeps what pays
 
     def describe(self) -> str:
-        return f"lookup (n-gram {self.ngram_max}..{self.ngram_min}, row cost {self.row_cost})"
+        return f"lookup (n-gram {self.ngram_max}..{self.ngram_min})"

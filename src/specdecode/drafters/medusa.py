@@ -4,7 +4,8 @@ Head k on h_t gives q_k, the draft distribution of x_{t+1+k} (`models.heads.Medu
 propose time the target's newest cached feature is h_{n-2} (it predicted the pending token
 x_{n-1}), so head k drafts position n - 1 + k. The candidates form a fixed tree (`CHOICES`): a
 path (r_1, .., r_d) is the r_1-th best token of head 1 followed by the r_2-th best of head 2, ..;
-the `nodes` first paths that fit the heads are drafted in one target forward.
+the first paths that fit the step's caps (nodes, depth <= heads) are drafted in one target
+forward.
 
 The tree is a deterministic function of the context, so verification treats its tokens as drafts
 without a q (one-hot): lossless, greedy and sampling. (Medusa's "typical acceptance", which is
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..core.budget import DraftBudget
 from ..core.tree import ROOT
 from ..models.heads import MedusaHeads
 from ..models.linear import Linear
@@ -33,40 +35,40 @@ CHOICES: tuple[tuple[int, ...], ...] = (
 
 @register("medusa")
 class Medusa(LearnedDrafter):
-    def __init__(self, target: FeatureTarget, heads: MedusaHeads, nodes: int = DEFAULT_NODES,
+    def __init__(self, target: FeatureTarget, heads: MedusaHeads,
                  label: str = "medusa heads") -> None:
         self.heads = [Linear(h.weight.detach().to(target.dtype), h.bias.detach())
                       for h in heads.heads]  # H -> H each
         self.lm_head = Linear(draft_lm_head(target, heads.draft_vocab))  # H -> V'
         self.draft_vocab = heads.draft_vocab
         self.max_length = target.max_length
-        self.nodes, self.label = nodes, label
+        self.label = label
 
     @classmethod
     def create(cls, model, options: HeadOptions) -> "Medusa":
-        return cls(model.target, cls.load_head(model, options), options.tree_nodes or DEFAULT_NODES,
+        return cls(model.target, cls.load_head(model, options),
                    options.draft_model or "shipped heads")
 
     @property
-    def default_k(self) -> int:
-        return len(self.heads)  # tree depth: one level per head
+    def default_budget(self) -> DraftBudget:
+        return DraftBudget(DEFAULT_NODES, len(self.heads))  # one tree level per head
 
     def observe_features(self, seq, hidden: torch.Tensor) -> None:
         seq.drafter_state = hidden[-1]  # [H]: the newest cached position's feature
 
     @torch.inference_mode()
-    def propose(self, seq, k: int) -> Draft:
+    def propose(self, seq, budget: DraftBudget) -> Draft:
         if seq.drafter_state is None:  # no feature yet: a one-token prompt
             return EMPTY_DRAFT
         context = seq.context
         h = seq.drafter_state[None]  # [1, H]
-        depth = min(k, len(self.heads))
+        depth = min(budget.depth, len(self.heads))
         features = torch.cat([h + torch.nn.functional.silu(head(h))
                               for head in self.heads[:depth]])  # [depth, H]
         width = 1 + max(max(path) for path in CHOICES)
         ranked = to_token_ids(self.draft_vocab, self.lm_head(features).topk(width).indices)
-        budget = min(self.nodes, self.max_length - context.shape[0])
-        paths = [p for p in CHOICES if len(p) <= depth][:budget]
+        nodes = min(budget.nodes, self.max_length - context.shape[0])
+        paths = [p for p in CHOICES if len(p) <= depth][:nodes]
         if not paths:
             return EMPTY_DRAFT
         index = {path: i for i, path in enumerate(paths)}  # every prefix of a path precedes it
@@ -76,4 +78,4 @@ class Medusa(LearnedDrafter):
                      parents=torch.tensor(parents, dtype=torch.long))
 
     def describe(self) -> str:
-        return f"medusa ({self.label}, {len(self.heads)} heads, {self.nodes} nodes)"
+        return f"medusa ({self.label}, {len(self.heads)} heads)"

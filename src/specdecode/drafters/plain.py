@@ -3,6 +3,7 @@ target forward that yields exactly one token."""
 
 from __future__ import annotations
 
+from ..core.budget import DraftBudget
 from .base import EMPTY_DRAFT, Draft, Drafter, register
 
 
@@ -16,9 +17,9 @@ class NoDrafter(Drafter):
     def create(cls, model, options) -> "NoDrafter":
         return cls()
 
-    def propose(self, seq, k: int) -> Draft:
+    def propose(self, seq, budget: DraftBudget) -> Draft:
         return EMPTY_DRAFT
 
     @property
-    def default_k(self) -> int:
-        return 0
+    def default_budget(self) -> DraftBudget:
+        return DraftBudget(0, 0)

@@ -9,11 +9,11 @@ Candidates for the token after any path in the tree come from three sources:
   verified (Token Recycling, Luo et al. 2024): free, the logits exist anyway.
 Each candidate belongs to a *class* (source, n-gram length, rank among its siblings) whose
 acceptance rate this sequence measures as it goes, starting from a weak prior. The tree grows
-best-first: a node's chance of lying on the accepted path is its parent's chance times its class's
-rate, and a node joins while its chance pays for its row at the target's measured row cost
-(`core.cost`), i.e. while it raises the expected tokens per second of the step. With no paying
-candidate the step decodes plainly. Everything is a deterministic function of what was seen, so
-verification treats the tree as a draft without q: lossless, greedy and sampling.
+best-first up to the step's caps: a node's chance of lying on the accepted path is its parent's
+chance times its class's rate, and the step scores the nodes whose chances pay for their rows
+(`core.budget`), i.e. that raise the expected tokens per second of the step; with none, the step
+decodes plainly. Everything is a deterministic function of what was seen, so verification treats
+the tree as a draft without q: lossless, greedy and sampling.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core.cost import RowCost, row_cost
+from ..core.budget import DraftBudget
 from ..core.tree import ROOT
 from ..errors import InvalidParameterError
 from .base import EMPTY_DRAFT, Draft, Drafter, option, register
@@ -152,45 +152,40 @@ class SuffixTree(Drafter):
     @dataclass(frozen=True)
     class Options:
         ngram_max: int = option(5, "longest n-gram matched; longer matches count as this long")
-        max_depth: int = option(8, "deepest draft path")
         branches: int = option(3, "most candidates tried after any one path")
         memory_tokens: int = option(
             65536, "tokens of earlier outputs kept across requests in this process (0: none; "
             "bench keeps none unless --cross-request-memory)")
 
         def __post_init__(self) -> None:
-            if self.ngram_max < 1 or self.max_depth < 1 or self.branches < 1:
+            if self.ngram_max < 1 or self.branches < 1:
                 raise InvalidParameterError(
-                    "need ngram-max, max-depth and branches >= 1, got "
-                    f"{self.ngram_max}, {self.max_depth}, {self.branches}")
+                    f"need ngram-max and branches >= 1, got {self.ngram_max}, {self.branches}")
             if self.memory_tokens < 0:
                 raise InvalidParameterError(f"need memory-tokens >= 0, got {self.memory_tokens}")
 
-    def __init__(self, options: Options = Options(), row_cost: RowCost | float = 0.0,
-                 memory: Memory | None = None) -> None:
+    def __init__(self, options: Options = Options(), memory: Memory | None = None) -> None:
         self.options = options
-        self.row_cost = row_cost if isinstance(row_cost, RowCost) else RowCost.flat(row_cost)
         self.memory = memory
 
     @classmethod
     def create(cls, model, options: Options) -> "SuffixTree":
         memory = (shared_memory(model.key, options.ngram_max, options.memory_tokens)
                   if options.memory_tokens else None)
-        return cls(options, row_cost(model), memory)
+        return cls(options, memory)
 
     @classmethod
     def tune_candidates(cls, model, draft_model: str | None) -> list[dict]:
-        return [{"k": k, "branches": b} for b in (1, 3) for k in (8, 16)]
+        return [{"max_draft_nodes": n, "branches": b} for b in (1, 3) for n in (8, 16)]
 
     @property
-    def default_k(self) -> int:
-        return 16  # the most nodes a tree has; the row cost decides how many it does
+    def default_budget(self) -> DraftBudget:
+        return DraftBudget(16, 8)  # the most a tree has; the step's cost keeps what pays
 
     def describe(self) -> str:
         o = self.options
         memory = f"memory {o.memory_tokens} tokens" if self.memory else "no memory"
-        return (f"suffix tree (n-gram {o.ngram_max}, depth {o.max_depth}, {o.branches} branches, "
-                f"{memory}, row cost {self.row_cost})")
+        return f"suffix tree (n-gram {o.ngram_max}, {o.branches} branches, {memory})"
 
     def start(self, seq) -> None:
         seq.drafter_state = SuffixState(NgramTable(self.options.ngram_max))
@@ -205,42 +200,46 @@ class SuffixTree(Drafter):
         if self.memory is not None:
             self.memory.add(seq.generated, seq.drafter_state.recycled)
 
-    def propose(self, seq, k: int) -> Draft:
+    def propose(self, seq, budget: DraftBudget) -> Draft:
         if seq.drafter_state is None:
             self.start(seq)
         state: SuffixState = seq.drafter_state
         self._settle(state, seq.tokens, seq.length)
-        cost = self.row_cost.at(seq.length)
         n_max = self.options.ngram_max
         tail = tuple(seq.tokens[max(0, seq.length - n_max) : seq.length].tolist())
         tokens: list[int] = []
         parents: list[int] = []
         classes: list[Class] = []
+        chances: list[float] = []
         depths: list[int] = []
-        gained = 0.0  # expected accepted tokens of the nodes taken
         frontier: list[tuple[float, int, int, int, Class, Key]] = []  # max-heap by chance
         order = itertools.count()  # breaks ties between equal chances in the order found
         self._push(frontier, order, state, tail, 1.0, ROOT)
-        while frontier and len(tokens) < k:
+        while frontier and len(tokens) < budget.nodes:  # best first: chances never increase
             neg_chance, _, parent, token, cls, suffix = heapq.heappop(frontier)
-            chance = -neg_chance
-            # a node raises (1 + gained) / (1 + cost * nodes) iff its chance exceeds this
-            if chance <= cost * (1 + gained) / (1 + cost * len(tokens)):
-                break
             node = len(tokens)
             tokens.append(token)
             parents.append(parent)
             classes.append(cls)
+            chances.append(-neg_chance)
             depths.append(1 if parent == ROOT else depths[parent] + 1)
-            gained += chance
-            if depths[node] < self.options.max_depth:
-                self._push(frontier, order, state, (suffix + (token,))[-n_max:], chance, node)
+            if depths[node] < budget.depth:
+                self._push(frontier, order, state, (suffix + (token,))[-n_max:], -neg_chance,
+                           node)
         if not tokens:
             state.pending = None
             return EMPTY_DRAFT
         state.pending = Proposal(seq.length, tokens, parents, classes)
         return Draft(torch.tensor(tokens, dtype=torch.long), None,
-                     parents=torch.tensor(parents, dtype=torch.long))
+                     parents=torch.tensor(parents, dtype=torch.long),
+                     chances=torch.tensor(chances))
+
+    def observe(self, seq, scored: int, accepted: int) -> None:
+        """Only the scored nodes (the first `scored`) were tried: the rest were not rejected."""
+        p = seq.drafter_state.pending
+        if p is not None:
+            seq.drafter_state.pending = (Proposal(p.length, p.tokens[:scored], p.parents[:scored],
+                                                  p.classes[:scored]) if scored else None)
 
     def _push(self, frontier: list, order: itertools.count, state: SuffixState, suffix: Key,
               chance: float, parent: int) -> None:

@@ -47,7 +47,7 @@ def test_bench_writes_table_json_records_and_three_plots(bench_args, capsys):
     out, argv = bench_args
     assert main(argv) == 0
     for name in ("bench.md", "bench.json", "records.jsonl", "speedup_by_group.png",
-                 "acceptance_by_position.png", "speedup_tau_vs_k.png"):
+                 "acceptance_by_position.png", "speedup_tau_vs_depth.png"):
         assert (out / name).stat().st_size > 0, name
     assert (out / "speedup_by_group.png").read_bytes()[:4] == b"\x89PNG"
     report = (out / "bench.md").read_text()

@@ -19,8 +19,8 @@ def test_serve_help(capsys):
         main(["serve", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for option in ("--model", "--method", "--k", "--host", "--port", "--max-queue",
-                   "--request-timeout"):
+    for option in ("--model", "--method", "--max-draft-nodes", "--max-draft-depth", "--host",
+                   "--port", "--max-queue", "--max-batch", "--api-key", "--request-timeout"):
         assert option in out
 
 

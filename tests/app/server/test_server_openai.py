@@ -73,18 +73,19 @@ def test_streamed_completion_matches(client, model_id, reference_model):
     assert speculative(chunks[-1].usage)["target_forwards"] == ref.stats.target_forwards
 
 
-@pytest.mark.parametrize("method,k", [("ar", None), ("lookup", 6)])
-def test_speculative_extension_picks_the_method(client, model_id, reference_model, method, k):
-    ref = SpecDecoder(reference_model, method, k=k).generate(PROMPT, chat=False, max_new_tokens=24,
-                                                             temperature=0.0)
-    spec = {"method": method} | ({"k": k} if k else {})
+@pytest.mark.parametrize("method,depth", [("ar", None), ("lookup", 6)])
+def test_speculative_extension_picks_the_method_and_its_caps(client, model_id, reference_model,
+                                                             method, depth):
+    ref = SpecDecoder(reference_model, method, max_draft_depth=depth).generate(
+        PROMPT, chat=False, max_new_tokens=24, temperature=0.0)
+    spec = {"method": method} | ({"max_draft_depth": depth} if depth else {})
     resp = client.completions.create(model=model_id, prompt=PROMPT, max_tokens=24, temperature=0,
                                      extra_body={"speculative": spec})
     assert resp.choices[0].text == ref.text
     stats = speculative(resp.usage)
     assert stats["method"] == method and stats["target_forwards"] == ref.stats.target_forwards
-    if k:
-        assert stats["k"] == k
+    if depth:
+        assert stats["max_draft_depth"] == depth and stats["max_draft_nodes"] == 10
 
 
 def test_sampling_parameters_and_seed(client, model_id, reference_model):

@@ -7,19 +7,20 @@ from pathlib import Path
 
 from .specbench import GROUPS, SHORT
 
-SWEEP_LABEL = re.compile(r"^(?P<method>.+)@k(?P<k>\d+)$")
+SWEEP_LABEL = re.compile(r"^(?P<method>.+)@d(?P<depth>\d+)$")
 
 
-def write_plots(summary: dict, method_k: dict[str, int], out: Path, title: str) -> list[Path]:
-    """speedup_by_group.png, acceptance_by_position.png, speedup_tau_vs_k.png in `out`.
-    method_k: label -> its draft length K (drafting methods only)."""
+def write_plots(summary: dict, method_depth: dict[str, int], out: Path,
+                title: str) -> list[Path]:
+    """speedup_by_group.png, acceptance_by_position.png, speedup_tau_vs_depth.png in `out`.
+    method_depth: label -> its depth cap (drafting methods only)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     paths = [out / "speedup_by_group.png", out / "acceptance_by_position.png",
-             out / "speedup_tau_vs_k.png"]
+             out / "speedup_tau_vs_depth.png"]
     overall = summary.get("overall", {})
 
     groups = [g for g in GROUPS if g in summary] + ["overall"]
@@ -57,23 +58,24 @@ def write_plots(summary: dict, method_k: dict[str, int], out: Path, title: str) 
     curves: dict[str, list[tuple[int, float, float]]] = {}
     for label, acc in overall.items():
         match = SWEEP_LABEL.match(label)
-        method, k = (match["method"], int(match["k"])) if match else (label, method_k.get(label))
-        if k is not None and acc.get("speedup_vs_ar") and acc.get("tau"):
-            curves.setdefault(method, []).append((k, acc["speedup_vs_ar"], acc["tau"]))
+        method, depth = ((match["method"], int(match["depth"])) if match
+                         else (label, method_depth.get(label)))
+        if depth is not None and acc.get("speedup_vs_ar") and acc.get("tau"):
+            curves.setdefault(method, []).append((depth, acc["speedup_vs_ar"], acc["tau"]))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
     for method, points in curves.items():
         points.sort()
-        ks = [p[0] for p in points]
-        left.plot(ks, [p[1] for p in points], marker="o", label=method)
-        right.plot(ks, [p[2] for p in points], marker="o", label=method)
+        depths = [p[0] for p in points]
+        left.plot(depths, [p[1] for p in points], marker="o", label=method)
+        right.plot(depths, [p[2] for p in points], marker="o", label=method)
     left.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    left.set_xlabel("draft length K (tokens)")
+    left.set_xlabel("depth cap (tokens)")
     left.set_ylabel("speed-up over plain decoding (×)")
-    right.set_xlabel("draft length K (tokens)")
+    right.set_xlabel("depth cap (tokens)")
     right.set_ylabel("τ (tokens confirmed per target forward)")
     sweep = any(SWEEP_LABEL.match(label) for label in overall)
-    fig.suptitle(f"Speed-up and τ against K — {title}"
-                 + ("" if sweep else " (one K per method: run with --sweep-k for curves)"),
+    fig.suptitle(f"Speed-up and τ against the depth cap — {title}"
+                 + ("" if sweep else " (one cap per method: run with --sweep-depth for curves)"),
                  fontsize=10)
     for ax in (left, right):
         if curves:

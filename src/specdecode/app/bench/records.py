@@ -18,7 +18,7 @@ class Record:
     question_id: int
     turn: int  # 1, or 2 for MT-bench's second turn (conditioned on our plain first answer)
     group: str
-    method: str  # a label: "ar", "lookup", "hf", or "lookup@k4" in a K sweep
+    method: str  # a label: "ar", "lookup", "hf", or "lookup@d4" in a depth sweep
     repeat: int
     new_tokens: int
     seconds: float  # prefill + decoding

@@ -44,7 +44,7 @@ def run_bench(args: argparse.Namespace) -> int:
                                     "draft from its own earlier run")
     if args.temperature < 0:
         raise InvalidParameterError(f"--temperature must be >= 0, got {args.temperature}")
-    sweep = _parse_sweep(args.sweep_k)
+    sweep = _parse_sweep(args.sweep_depth)
     methods = [m.strip() for m in (args.methods or default_methods()).split(",") if m.strip()]
     unknown = [m for m in methods if m not in DRAFTERS and m not in PEERS]
     if unknown:
@@ -86,17 +86,18 @@ def run_bench(args: argparse.Namespace) -> int:
         gguf, torch.get_num_threads(), model.context_length,
         lookup_tokens=args.hf_lookup_tokens if m == "llamacpp-lookup" else None)
         for m in methods if m in LLAMA_CPP_PEERS}
-    labels: dict[str, tuple[str, int | None]] = {}  # label -> (method, K)
+    labels: dict[str, tuple[str, int | None]] = {}  # label -> (method, depth cap)
     for m in methods:
         if m in PEERS:
             labels[m] = (m, None)
         elif sweep and m != "ar":
-            labels.update({f"{m}@k{k}": (m, k) for k in sweep})
+            labels.update({f"{m}@d{d}": (m, d) for d in sweep})
         else:
-            labels[m] = (m, decoders[m].k or None)
+            labels[m] = (m, decoders[m].budget.depth or None)
     settings = {"model": model.key, "backend": model.backend, "dtype": args.dtype,
                 "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
-                "questions": args.questions or "shipped", "k": args.k, "adaptive": args.adaptive,
+                "questions": args.questions or "shipped", "max_draft_nodes": args.max_draft_nodes,
+                "max_draft_depth": args.max_draft_depth, "adaptive": args.adaptive,
                 "options": drafter_values(args), "hf_lookup_tokens": args.hf_lookup_tokens,
                 "cross_request_memory": args.cross_request_memory}
     out = Path(args.out)
@@ -122,7 +123,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return prompts[key]
 
     def run(label: str, ids: list[int], max_new: int, repeat: int) -> dict:
-        method, k = labels[label]
+        method, depth = labels[label]
         if method in llama_cpp_peers:
             out_ids, seconds = llama_cpp_peers[method].generate(ids, max_new, args.temperature,
                                                                 repeat, model.eos_token_ids)
@@ -133,7 +134,7 @@ def run_bench(args: argparse.Namespace) -> int:
                                             else None, assistant=assistant if method == "hf-assisted"
                                             else None)
             return dict(new_tokens=len(out_ids), seconds=seconds, token_ids=out_ids)
-        result = decoders[method].generate(ids, max_new_tokens=max_new, k=k,
+        result = decoders[method].generate(ids, max_new_tokens=max_new, max_draft_depth=depth,
                                            temperature=args.temperature, seed=repeat)
         s = result.stats
         return dict(new_tokens=s.new_tokens, seconds=s.wall_seconds, token_ids=result.token_ids,
@@ -182,7 +183,8 @@ def run_bench(args: argparse.Namespace) -> int:
         from .plots import write_plots
 
         title = f"{model.name} ({model.weights}), {info['machine']['cpu']}"
-        written += write_plots(summary, {lbl: k for lbl, (_, k) in labels.items() if k}, out, title)
+        written += write_plots(summary, {lbl: d for lbl, (_, d) in labels.items() if d}, out,
+                               title)
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
@@ -191,16 +193,16 @@ def _parse_sweep(text: str | None) -> list[int]:
     if not text:
         return []
     try:
-        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+        depths = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise InvalidParameterError(f"--sweep-k takes comma-separated integers, got {text!r}")
-    if not ks or ks[0] < 1:
-        raise InvalidParameterError(f"--sweep-k values must be >= 1, got {text!r}")
-    return ks
+        raise InvalidParameterError(f"--sweep-depth takes comma-separated integers, got {text!r}")
+    if not depths or depths[0] < 1:
+        raise InvalidParameterError(f"--sweep-depth values must be >= 1, got {text!r}")
+    return depths
 
 
 def _describe(label: str, labels: dict, decoders: dict, args) -> str:
-    method, k = labels[label]
+    method, depth = labels[label]
     if method == "hf-lookup":
         return f"transformers generate(prompt_lookup_num_tokens={args.hf_lookup_tokens})"
     if method == "hf-assisted":
@@ -216,7 +218,10 @@ def _describe(label: str, labels: dict, decoders: dict, args) -> str:
                 f"{gguf_file(args.model).name}{lookup}: its quantized kernels, not in the equality "
                 "audit")
     tuned = " (tuned profile)" if decoders[method].spec.note else ""
-    return decoders[method].drafter.describe() + (f", k={k}" if k else "") + tuned
+    decoder = decoders[method]
+    caps = (f", up to {decoder.budget.nodes} nodes at depth {depth or decoder.budget.depth}"
+            if decoder.budget.nodes else "")
+    return decoder.drafter.describe() + caps + tuned
 
 
 def _hf_generate(model: LoadedModel, ids: list[int], max_new: int, temperature: float, seed: int,

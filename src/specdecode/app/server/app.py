@@ -233,11 +233,12 @@ async def _generate(request: Request, body: GenerationRequest,
     state.check_model(body.model)
     params = _sampling_params(body, state.model.context_length, chat)
     spec = body.speculative
-    method, k = (spec.method, spec.k) if spec else (None, None)
+    method = spec.method if spec else None
+    caps = (spec.max_draft_nodes, spec.max_draft_depth) if spec else (None, None)
     if method is not None and method not in DRAFTERS:
         raise APIError(400, f"unknown speculative method {method!r} (choose from "
                             f"{', '.join(sorted(DRAFTERS))})", param="speculative.method")
-    job = Job(prepare, method, k, params, state.request_timeout)
+    job = Job(prepare, method, caps, params, state.request_timeout)
     state.worker.submit(job)
     try:
         first = await _next_chunk(job, request)
@@ -253,7 +254,7 @@ async def _generate(request: Request, body: GenerationRequest,
     last = chunks[-1]
     fmt = responses.Formatter(state.model_id, chat)
     text = "".join(c.text for c in chunks)
-    usage = responses.usage(job.prompt_tokens, last.stats, job.decoder, job.k)
+    usage = responses.usage(job.prompt_tokens, last.stats, job.decoder, job.budget)
     return JSONResponse(fmt.response(text, last.finish_reason, usage))
 
 
@@ -280,7 +281,7 @@ async def _stream_events(job: Job, chunk: Chunk, fmt: responses.Formatter, usage
             if chunk.finish_reason is not None:
                 break
             chunk = await job.next_event()
-        usage = responses.usage(job.prompt_tokens, chunk.stats, job.decoder, job.k)
+        usage = responses.usage(job.prompt_tokens, chunk.stats, job.decoder, job.budget)
         yield responses.sse(fmt.chunk(finish_reason=chunk.finish_reason, usage=usage))
         if usage_chunk:
             yield responses.sse(fmt.usage_chunk(usage))

@@ -10,6 +10,7 @@ import json
 import time
 import uuid
 
+from ...core.budget import DraftBudget
 from ...core.metrics import RunStats
 from ...pipeline import SpecDecoder
 
@@ -26,10 +27,13 @@ def error_body(message: str, type: str = "invalid_request_error", param: str | N
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def usage(prompt_tokens: int, stats: RunStats, decoder: SpecDecoder, k: int) -> dict:
-    """OpenAI's usage object plus a `speculative` extension with the run's statistics."""
+def usage(prompt_tokens: int, stats: RunStats, decoder: SpecDecoder,
+          budget: DraftBudget) -> dict:
+    """OpenAI's usage object plus a `speculative` extension with the run's statistics and the
+    draft caps it ran with."""
     s = stats.to_dict()
-    speculative = {"method": decoder.method, "k": k, "adaptive": decoder.adaptive}
+    speculative = {"method": decoder.method, "max_draft_nodes": budget.nodes,
+                   "max_draft_depth": budget.depth, "adaptive": decoder.adaptive}
     for key in ("tau", "acceptance_rate", "target_forwards", "draft_forwards", "drafted",
                 "accepted", "tokens_per_second", "wall_seconds"):
         speculative[key] = s[key]

@@ -36,12 +36,14 @@ class _Strict(BaseModel):
 
 
 class SpeculativeOptions(_Strict):
-    """Extension: which drafter serves this request (default: the server's --method and --k)."""
+    """Extension: which drafter serves this request and its draft caps (default: the server's
+    --method, --max-draft-nodes and --max-draft-depth)."""
 
     model_config = ConfigDict(extra="forbid")  # a typo here should not silently fall back
 
     method: str | None = None
-    k: int | None = Field(None, ge=1, le=MAX_DRAFT_LENGTH)
+    max_draft_nodes: int | None = Field(None, ge=1, le=MAX_DRAFT_LENGTH)
+    max_draft_depth: int | None = Field(None, ge=1, le=MAX_DRAFT_LENGTH)
 
 
 class StreamOptions(_Strict):

@@ -18,6 +18,8 @@ import time
 from typing import Any, Callable
 
 from ...core.batch import Batch
+from ...core.budget import DraftBudget
+from ...core.cost import step_cost
 from ...core.engine import Chunk
 from ...core.sequence import Sequence
 from ...errors import SpecDecodeError
@@ -50,7 +52,7 @@ class DecoderCache:
     """SpecDecoders on the one loaded model, one per method.
 
     A drafter can be expensive to build (`draft` loads a second model), so each method's decoder is
-    built once; a request's own k is passed per call (`SpecDecoder.stream(k=...)`)."""
+    built once; a request's own draft caps are passed per request (`SpecDecoder.request`)."""
 
     def __init__(self, default: SpecDecoder, options: dict[str, Any]) -> None:
         self.default, self.options = default, options
@@ -61,8 +63,7 @@ class DecoderCache:
         method = method or self.default.method
         if method not in self._by_method:
             d = self.default
-            spec = resolve(d.model, method, adaptive=d.adaptive, k_max=d.k_max,
-                           options=self.options)
+            spec = resolve(d.model, method, adaptive=d.adaptive, options=self.options)
             self._by_method[method] = SpecDecoder(d.model, spec)
         return self._by_method[method]
 
@@ -74,13 +75,14 @@ class Job:
     ends the job. `prepare` runs on the worker thread and returns the prompt token ids: the
     tokenizer is not thread-safe, so it is only ever used there."""
 
-    def __init__(self, prepare: Callable[[], list[int]], method: str | None, k: int | None,
-                 params: dict, timeout: float) -> None:
-        self.prepare, self.method, self.k, self.params = prepare, method, k, params
+    def __init__(self, prepare: Callable[[], list[int]], method: str | None,
+                 caps: tuple[int | None, int | None], params: dict, timeout: float) -> None:
+        self.prepare, self.method, self.caps, self.params = prepare, method, caps, params
         self.created = time.monotonic()
         self.deadline = self.created + timeout
         self.prompt_tokens = 0  # set by the worker before the first chunk is sent
         self.decoder: SpecDecoder | None = None  # set by the worker before the first chunk
+        self.budget: DraftBudget | None = None  # the caps it runs with, set with the decoder
         self.cancelled = threading.Event()
         self.events: asyncio.Queue = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
@@ -190,7 +192,7 @@ class EngineWorker:
 
     def _run(self) -> None:
         model = self.decoders.default.model
-        batch = Batch(model.target, model.eos_token_ids, model.decode)
+        batch = Batch(model.target, step_cost(model), model.eos_token_ids, model.decode)
         while not self._stop.is_set():
             self._admit(batch)
             self._leave_stopped(batch)
@@ -210,11 +212,11 @@ class EngineWorker:
                 continue  # the client left, or its time ran out, while the job was queued
             try:
                 decoder = job.decoder = self.decoders.get(job.method)
-                if job.k is None:
-                    job.k = decoder.k  # what the request ran with, for its usage report
+                job.budget = decoder.caps(*job.caps)  # what it runs with, for its usage report
                 ids = job.prepare()
                 job.prompt_tokens = len(ids)
-                seq = batch.join(decoder.request(ids, k=job.k, **job.params))
+                seq = batch.join(decoder.request(ids, max_draft_nodes=job.budget.nodes,
+                                                 max_draft_depth=job.budget.depth, **job.params))
             except SpecDecodeError as exc:
                 job.send(exc)
                 continue

@@ -1,0 +1,65 @@
+"""The draft budget: how many draft rows a step scores, chosen by cost.
+
+A drafter proposes within caps (`DraftBudget`: nodes and depth) and, when it can, says for each
+node the chance c_i that the node ends up on the accepted path, nodes best first (so every prefix
+of its draft is a tree). The step then scores, of all its sequences' drafts together, the nodes
+that maximise the expected tokens per second of the step,
+
+    sum over sequences b of (1 + sum of c_i over b's scored nodes) / step seconds(rows, cached),
+
+with rows = one per sequence (its pending token) + the scored nodes, and the step's seconds from
+the measured curve (`core.cost.StepCost`). For one sequence this is today's speculation: a node
+joins while its chance pays for its row. With many sequences each row is shared by more tokens, so
+the same chance pays for less: speculation shrinks as the batch grows, down to none. A draft
+without chances is scored whole.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .cost import StepCost
+
+
+@dataclass(frozen=True)
+class DraftBudget:
+    """The most a drafter may propose for one step: `nodes` draft tokens in all, on paths of at
+    most `depth` (a chain: min(nodes, depth) tokens). Zero nodes: plain decoding."""
+
+    nodes: int
+    depth: int
+
+
+def allocate(cost: StepCost, drafts: Sequence[tuple[torch.Tensor | None, int, int]]) -> list[int]:
+    """How many of each draft's nodes to score: drafts are (chances [N] or None, N, context
+    length) per sequence, in the step's order; returns a count per draft (N where chances is
+    None). The best prefix of the merged order (each draft's nodes taken in its own order, the
+    likeliest next node first) by expected tokens per second; ties keep fewer rows."""
+    counts = [n if chances is None else 0 for chances, n, _ in drafts]
+    rows = sum(1 + fixed for fixed in counts)
+    cached = sum((1 + fixed) * context for fixed, (_, _, context) in zip(counts, drafts))
+    expected = float(len(drafts))  # every sequence confirms at least one token per step
+    ranked = [(chances.tolist(), context) for chances, _, context in drafts
+              if chances is not None]
+    owners = [b for b, (chances, _, _) in enumerate(drafts) if chances is not None]
+    heap = [(-chances[0], j, 0) for j, (chances, _) in enumerate(ranked) if chances]
+    heapq.heapify(heap)
+    best_rate, best_taken = expected / cost.step(rows, cached), [0] * len(ranked)
+    taken = [0] * len(ranked)
+    while heap:
+        neg_chance, j, i = heapq.heappop(heap)
+        chances, context = ranked[j]
+        expected, rows, cached = expected - neg_chance, rows + 1, cached + context
+        taken[j] = i + 1
+        if i + 1 < len(chances):
+            heapq.heappush(heap, (-chances[i + 1], j, i + 1))
+        rate = expected / cost.step(rows, cached)
+        if rate > best_rate:
+            best_rate, best_taken = rate, list(taken)
+    for j, b in enumerate(owners):
+        counts[b] = best_taken[j]
+    return counts
