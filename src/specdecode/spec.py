@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .core.budget import MAX_DRAFT_NODES
 from .drafters import DRAFTERS, drafter_class, make_options
 from .errors import InvalidParameterError
 from .models import LoadedModel
@@ -97,3 +98,6 @@ def check_caps(max_draft_nodes: int | None, max_draft_depth: int | None) -> None
     for name, value in (("max-draft-nodes", max_draft_nodes), ("max-draft-depth", max_draft_depth)):
         if value is not None and value < 1:
             raise InvalidParameterError(f"--{name} must be >= 1, got {value}")
+    if max_draft_nodes is not None and max_draft_nodes > MAX_DRAFT_NODES:
+        raise InvalidParameterError(f"--max-draft-nodes must be <= {MAX_DRAFT_NODES} (one step's "
+                                    f"rows for a sequence), got {max_draft_nodes}")

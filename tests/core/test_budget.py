@@ -3,6 +3,7 @@ tokens per second; speculation shrinks as the batch grows."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from specdecode.core.budget import allocate
@@ -51,3 +52,15 @@ def test_longer_contexts_make_rows_dearer():
     draft = chances(0.3, 0.2)
     assert allocate(cost, [(draft, 2, 64)]) == [2]
     assert allocate(cost, [(draft, 2, 4096)]) == [0]
+
+
+def test_a_sequences_rows_fit_one_row_invariant_attention_call():
+    from specdecode.core.budget import MAX_DRAFT_NODES
+    from specdecode.core.sequence import DraftLimit
+    from specdecode.errors import InvalidParameterError
+    from specdecode.kernels import ROW_INVARIANT_ROWS
+
+    assert MAX_DRAFT_NODES + 1 == ROW_INVARIANT_ROWS
+    DraftLimit(MAX_DRAFT_NODES, 8)
+    with pytest.raises(InvalidParameterError, match="max-draft-nodes"):
+        DraftLimit(MAX_DRAFT_NODES + 1, 8)

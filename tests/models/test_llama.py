@@ -288,3 +288,24 @@ def test_a_tokens_logits_are_bitwise_the_same_alone_in_a_step_in_a_tree_and_in_a
         prefill = native.logits(native.prefill(torch.cat([prefix, branch])))[len(prefix):]
         assert torch.equal(chain, one_by_one) and torch.equal(prefill, one_by_one)
         assert torch.equal(tree_logits[node + 1], one_by_one[-1])
+
+
+def test_a_sequences_rows_are_bitwise_the_same_alone_and_in_a_batch_of_any_size(kernel_path,
+                                                                                 tiny_llama):
+    """Batched scoring on every path: twelve sequences of 1..12 rows (78 rows in all, more than
+    one row-invariant call of the torch path holds), some trees, each against its own cache,
+    give each sequence the bits it gets alone."""
+    model = tiny_llama(6, vocab=V, layers=2)
+    target = NativeLlama.from_hf(model, kernels=kernel_path)
+    prefixes = [tokens(4 + i, 20 + i) for i in range(12)]
+    steps = [(tokens(i + 1, 40 + i), TREE if i + 1 == len(TREE) + 1 else None) for i in range(12)]
+
+    def cache_for(prefix):
+        cache = target.new_cache()
+        target.prefill(cache, prefix)
+        return cache
+
+    alone = [target.hidden(cache_for(p), rows, tree) for p, (rows, tree) in zip(prefixes, steps)]
+    together = target.hidden_batch([(cache_for(p), rows, tree)
+                                    for p, (rows, tree) in zip(prefixes, steps)])
+    assert all(torch.equal(a, b) for a, b in zip(alone, together))

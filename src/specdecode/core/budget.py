@@ -22,7 +22,12 @@ from typing import Sequence
 
 import torch
 
+from ..kernels import ROW_INVARIANT_ROWS
 from .cost import StepCost
+
+# a sequence's rows in a step (its pending token and its nodes) must fit one attention call that
+# computes each row as alone on every kernel path
+MAX_DRAFT_NODES = ROW_INVARIANT_ROWS - 1
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..errors import InvalidParameterError
-from .budget import DraftBudget
+from .budget import MAX_DRAFT_NODES, DraftBudget
 from .detokenize import IncrementalText
 from .metrics import RunStats
 from .sampling import SamplingParams
@@ -50,9 +50,9 @@ class DraftLimit:
     max_depth: int = ADAPTIVE_MAX_DEPTH
 
     def __post_init__(self) -> None:
-        if self.nodes < 1 or self.depth < 1:
-            raise InvalidParameterError(f"max-draft-nodes and max-draft-depth must be >= 1, got "
-                                        f"{self.nodes}, {self.depth}")
+        if not (1 <= self.nodes <= MAX_DRAFT_NODES and self.depth >= 1):
+            raise InvalidParameterError(f"need 1 <= max-draft-nodes <= {MAX_DRAFT_NODES} and "
+                                        f"max-draft-depth >= 1, got {self.nodes}, {self.depth}")
         self.max_depth = max(self.max_depth, self.depth)
 
     def budget(self, room: int) -> DraftBudget:

@@ -57,6 +57,9 @@ class KernelUnavailable(SpecDecodeError):
 class Kernels(Protocol):
     name: str  # the path: avx512vnni, avx512, avx2, neon, generic or torch
     threading: str  # how rows are spread over threads: OpenMP, pthreads or torch
+    # the most rows a linear, norm or SwiGLU call may hold and still compute each row as alone
+    # (None: any number); attention is row-invariant up to ROW_INVARIANT_ROWS rows on every path
+    invariant_rows: int | None
 
     def fits(self, head_dim: int, widths: tuple[int, ...]) -> bool:
         """True when a model with this head size and these row widths runs on this path."""

@@ -65,6 +65,8 @@ class CKernels:
 
     Weights are packed in panels of `lanes` output rows (the vector width of the path)."""
 
+    invariant_rows = None  # linear, norm and SwiGLU calls of any length compute a row alike
+
     def __init__(self, library) -> None:
         self._library = library
         self.name: str = library.kernel_isa().decode()

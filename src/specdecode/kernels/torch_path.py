@@ -45,6 +45,7 @@ class TorchKernels:
 
     name = "torch"
     threading = "torch"
+    invariant_rows = ROW_INVARIANT_ROWS  # longer calls take torch's batched routines
 
     def fits(self, head_dim: int, widths: tuple[int, ...]) -> bool:
         return True

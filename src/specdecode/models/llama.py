@@ -227,15 +227,27 @@ class NativeLlama:
                      ) -> list[torch.Tensor]:
         """`hidden` for several sequences in one pass over the weights: (cache, tokens [T_i],
         tree or None) each -> [T_i, H] each. The rows of all of them go through every matrix
-        together (the kernels compute a row the same way whatever else is in the call); each
+        together (the kernels compute a row the same way whatever else is in the call: on a path
+        that does so only up to `invariant_rows` rows, in as few calls as keep within it); each
         sequence's rows attend to its own cache only."""
         segments = []
         for cache, tokens, tree in steps:
             positions, mask = (None, None) if tree is None or tree.is_chain \
                 else tree.attention(cache.length)
             segments.append(Segment(cache, tokens.shape[0], positions, mask))
-        x = self.embedding(torch.cat([tokens for _, tokens, _ in steps]))
-        return list(self.run_segments(segments, x).split([s.rows for s in segments]))
+        out: list[torch.Tensor] = []
+        limit = self.kernels.invariant_rows
+        group: list[int] = []
+        for i in range(len(steps) + 1):  # consecutive groups; a segment past the limit alone
+            if group and (i == len(steps) or limit is not None and
+                          sum(segments[j].rows for j in group) + segments[i].rows > limit):
+                x = self.embedding(torch.cat([steps[j][1] for j in group]))
+                out += self.run_segments([segments[j] for j in group], x).split(
+                    [segments[j].rows for j in group])
+                group = []
+            if i < len(steps):
+                group.append(i)
+        return out
 
     def run_layers(self, cache: StaticKVCache, x: torch.Tensor,
                    positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
@@ -291,6 +303,7 @@ class Segment:
     rows: int
     positions: torch.Tensor | None = None
     mask: torch.Tensor | None = None
+
 
 def layer_shape(config) -> dict:
     """The sizes of one decoder layer of a transformers config (`FeatureTarget.layer_shape`)."""

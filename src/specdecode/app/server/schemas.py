@@ -12,8 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from ...core.budget import MAX_DRAFT_NODES
+
 MAX_STOP_STRINGS = 4  # OpenAI's limit
-MAX_DRAFT_LENGTH = 64
 # torch.Generator.manual_seed accepts exactly this range
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
@@ -42,8 +43,8 @@ class SpeculativeOptions(_Strict):
     model_config = ConfigDict(extra="forbid")  # a typo here should not silently fall back
 
     method: str | None = None
-    max_draft_nodes: int | None = Field(None, ge=1, le=MAX_DRAFT_LENGTH)
-    max_draft_depth: int | None = Field(None, ge=1, le=MAX_DRAFT_LENGTH)
+    max_draft_nodes: int | None = Field(None, ge=1, le=MAX_DRAFT_NODES)
+    max_draft_depth: int | None = Field(None, ge=1, le=MAX_DRAFT_NODES)
 
 
 class StreamOptions(_Strict):
