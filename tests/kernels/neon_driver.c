@@ -63,28 +63,44 @@ int main(void) {
             status = found ? 0 : 1;
             put(&status, sizeof status);
             put(name, sizeof name);
-        } else if (op == 3) { /* attention: T start H G d capacity threads rope_rows has_mask;
-                                 qkv keys values cos sin positions [mask] -> out qkv keys values */
-            int64_t T = size(), start = size(), H = size(), G = size(), d = size();
-            int64_t capacity = size(), threads = size(), rope_rows = size(), has_mask = size();
+        } else if (op == 3) { /* attention: S H G d threads rope_rows T, then per sequence
+                                 start rows capacity has_mask; qkv, per sequence the layer's keys
+                                 values [mask], cos sin positions -> out qkv, per sequence keys
+                                 values */
+            int64_t S = size(), H = size(), G = size(), d = size(), threads = size();
+            int64_t rope_rows = size(), T = size();
+            int64_t *starts = calloc(S + 1, sizeof(int64_t)), *rows = calloc(S + 1, sizeof(int64_t));
+            int64_t *capacity = calloc(S + 1, sizeof(int64_t)), *has_mask = calloc(S + 1, sizeof(int64_t));
+            float **keys = calloc(S + 1, sizeof(float *)), **values = calloc(S + 1, sizeof(float *));
+            uint8_t **masks = calloc(S + 1, sizeof(uint8_t *));
+            for (int64_t s = 0; s < S; s++)
+                starts[s] = size(), rows[s] = size(), capacity[s] = size(), has_mask[s] = size();
             size_t qkv_bytes = sizeof(float) * T * (H + 2 * G) * d;
-            size_t cache_bytes = sizeof(float) * G * capacity * d;
-            float *qkv = read_array(qkv_bytes), *keys = read_array(cache_bytes);
-            float *values = read_array(cache_bytes);
+            float *qkv = read_array(qkv_bytes);
+            for (int64_t s = 0; s < S; s++) {
+                size_t cache_bytes = sizeof(float) * G * capacity[s] * d;
+                keys[s] = read_array(cache_bytes), values[s] = read_array(cache_bytes);
+                masks[s] = has_mask[s] ? read_array((size_t)(rows[s] * (starts[s] + rows[s])))
+                                       : NULL;
+            }
             float *cos = read_array(sizeof(float) * rope_rows * d);
             float *sin = read_array(sizeof(float) * rope_rows * d);
             int64_t *positions = read_array(sizeof(int64_t) * T);
-            uint8_t *mask = has_mask ? read_array((size_t)(T * (start + T))) : NULL;
             float *out = calloc(T * H * d + 1, sizeof(float));
-            status = attention(qkv, keys, values, cos, sin, positions, mask, out, T, start, H, G,
-                               d, capacity, threads);
+            status = attention(qkv, keys, values, capacity, starts, rows,
+                               (const uint8_t *const *)masks, S, 0, cos, sin, positions, out, H,
+                               G, d, threads);
             put(&status, sizeof status);
             put(out, sizeof(float) * T * H * d);
             put(qkv, qkv_bytes);
-            put(keys, cache_bytes);
-            put(values, cache_bytes);
-            free(qkv), free(keys), free(values), free(cos), free(sin), free(positions);
-            free(mask), free(out);
+            for (int64_t s = 0; s < S; s++) {
+                put(keys[s], sizeof(float) * G * capacity[s] * d);
+                put(values[s], sizeof(float) * G * capacity[s] * d);
+                free(keys[s]), free(values[s]), free(masks[s]);
+            }
+            free(qkv), free(cos), free(sin), free(positions), free(out);
+            free(starts), free(rows), free(capacity), free(has_mask), free(keys), free(values);
+            free(masks);
         } else if (op == 4) { /* rms_norm: T H eps(float); x w -> out */
             int64_t T = size(), H = size();
             float eps;

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdecode.kernels import ROW_INVARIANT_ROWS
+from specdecode.kernels import ROW_INVARIANT_ROWS, CacheRows
 from specdecode.rope import rotate, tables
 
 H, G, D, CAPACITY = 6, 2, 32, 128
@@ -21,6 +21,27 @@ def _case(T: int, seed: int):
     inv_freq = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
     cos, sin = tables(inv_freq, 1.0, CAPACITY)
     return qkv, keys, values, cos, sin
+
+
+def attend(kernel_path, qkv, keys, values, cos, sin, positions, mask, start):
+    """One sequence's rows through `Kernels.attention` (keys, values: one layer's cache)."""
+    return together(kernel_path, qkv, [CacheRows(keys, values, start, qkv.shape[0], mask)], cos,
+                    sin, positions)
+
+
+def together(kernel_path, qkv, caches, cos, sin, positions):
+    """Several sequences' rows in one call; each cache ([G, capacity, d]) as layer 1 of three."""
+    stacked = [CacheRows(torch.stack([torch.zeros_like(c.keys), c.keys, torch.zeros_like(c.keys)]),
+                         torch.stack([torch.zeros_like(c.values), c.values,
+                                      torch.zeros_like(c.values)]), c.start, c.rows, c.mask)
+               for c in caches]
+    out = kernel_path.attention(qkv, kernel_path.attention_inputs(stacked), 1, cos, sin,
+                                positions, H)
+    for c, s in zip(caches, stacked):  # what the kernel wrote, back into the one-layer caches
+        c.keys.copy_(s.keys[1])
+        c.values.copy_(s.values[1])
+        assert not s.keys[0].any() and not s.keys[2].any()  # other layers untouched
+    return out
 
 
 def _reference(qkv, keys, values, cos, sin, positions, mask, start):
@@ -44,7 +65,7 @@ def test_attention_kernel_equals_rotary_cache_write_and_sdpa_causal(kernel_path,
     qkv, keys, values, cos, sin = _case(T, seed=T * 100 + start)
     positions = torch.arange(start, start + T)
     want, want_keys, want_values = _reference(qkv, keys, values, cos, sin, positions, None, start)
-    got = kernel_path.attention(qkv, keys, values, cos, sin, positions, None, start, H)
+    got = attend(kernel_path, qkv, keys, values, cos, sin, positions, None, start)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(keys, want_keys, rtol=1e-6, atol=1e-6)
     assert torch.equal(values, want_values)
@@ -57,7 +78,7 @@ def test_attention_kernel_follows_a_tree_mask_and_its_positions(kernel_path):
     mask = torch.ones(T, start + T, dtype=torch.bool)
     mask[:, start:] = TREE
     want, _, _ = _reference(qkv, keys, values, cos, sin, positions, mask, start)
-    got = kernel_path.attention(qkv, keys, values, cos, sin, positions, mask, start, H)
+    got = attend(kernel_path, qkv, keys, values, cos, sin, positions, mask, start)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -66,24 +87,60 @@ def test_a_tree_node_computes_bitwise_what_its_path_computes_as_a_chain(kernel_p
     qkv, keys, values, cos, sin = _case(4, seed=8)
     mask = torch.ones(4, start + 4, dtype=torch.bool)
     mask[:, start:] = TREE
-    tree = kernel_path.attention(qkv.clone(), keys.clone(), values.clone(), cos, sin,
-                                 torch.tensor([10, 11, 11, 12]), mask, start, H)
+    tree = attend(kernel_path, qkv.clone(), keys.clone(), values.clone(), cos, sin,
+                                 torch.tensor([10, 11, 11, 12]), mask, start)
     path = [0, 1, 3]  # root -> node 1 -> node 3
-    chain = kernel_path.attention(qkv[path].clone(), keys.clone(), values.clone(), cos, sin,
-                                  torch.arange(start, start + 3), None, start, H)
+    chain = attend(kernel_path, qkv[path].clone(), keys.clone(), values.clone(), cos, sin,
+                                  torch.arange(start, start + 3), None, start)
     assert torch.equal(tree[path], chain)
 
 
 def test_a_rows_attention_is_bitwise_the_same_scored_alone_or_with_later_rows(kernel_path):
     T, start = 6, 12
     qkv, keys, values, cos, sin = _case(T, seed=3)
-    together = kernel_path.attention(qkv.clone(), keys.clone(), values.clone(), cos, sin,
-                                     torch.arange(start, start + T), None, start, H)
+    together = attend(kernel_path, qkv.clone(), keys.clone(), values.clone(), cos, sin,
+                                     torch.arange(start, start + T), None, start)
     for t in range(T):  # rows 0..t-1 first, then row t on its own
         k, v = keys.clone(), values.clone()
         if t:
-            kernel_path.attention(qkv[:t].clone(), k, v, cos, sin, torch.arange(start, start + t),
-                                  None, start, H)
-        alone = kernel_path.attention(qkv[t : t + 1].clone(), k, v, cos, sin,
-                                      torch.tensor([start + t]), None, start + t, H)
+            attend(kernel_path, qkv[:t].clone(), k, v, cos, sin, torch.arange(start, start + t),
+                                  None, start)
+        alone = attend(kernel_path, qkv[t : t + 1].clone(), k, v, cos, sin,
+                                      torch.tensor([start + t]), None, start + t)
         assert torch.equal(alone[0], together[t])
+
+
+def test_several_sequences_in_one_call_each_get_what_they_get_alone(kernel_path):
+    """Three sequences (a causal step of 3 rows, one row, a tree) with their own caches and
+    starts in one call: each sequence's rows, cache writes included, are bitwise those of its own
+    call."""
+    cases = [_case(3, seed=11), _case(1, seed=12), _case(4, seed=13)]
+    starts = [5, 40, 10]
+    mask = torch.ones(4, 14, dtype=torch.bool)
+    mask[:, 10:] = TREE
+    masks = [None, None, mask]
+    positions = [torch.arange(5, 8), torch.tensor([40]), torch.tensor([10, 11, 11, 12])]
+    cos, sin = cases[0][3], cases[0][4]
+    alone, caches = [], []
+    for (qkv, keys, values, _, _), start, m, pos in zip(cases, starts, masks, positions):
+        k, v = keys.clone(), values.clone()
+        alone.append((attend(kernel_path, qkv.clone(), k, v, cos, sin, pos, m, start), k, v))
+        caches.append(CacheRows(keys, values, start, qkv.shape[0], m))
+    both = together(kernel_path, torch.cat([c[0] for c in cases]), caches, cos, sin,
+                    torch.cat(positions))
+    assert torch.equal(both, torch.cat([a[0] for a in alone]))
+    for (_, k, v), c in zip(alone, caches):
+        assert torch.equal(c.keys, k) and torch.equal(c.values, v)
+
+
+def test_a_long_prefill_and_a_step_in_one_call_each_get_what_they_get_alone(kernel_path):
+    T = ROW_INVARIANT_ROWS + 6
+    (qkv, keys, values, cos, sin), (qkv2, keys2, values2, _, _) = _case(T, 21), _case(2, 22)
+    k, v, k2, v2 = keys.clone(), values.clone(), keys2.clone(), values2.clone()
+    long = attend(kernel_path, qkv.clone(), k, v, cos, sin, torch.arange(T), None, 0)
+    step = attend(kernel_path, qkv2.clone(), k2, v2, cos, sin, torch.arange(7, 9), None, 7)
+    both = together(kernel_path, torch.cat([qkv2, qkv]),
+                    [CacheRows(keys2, values2, 7, 2), CacheRows(keys, values, 0, T)], cos, sin,
+                    torch.cat([torch.arange(7, 9), torch.arange(T)]))
+    assert torch.equal(both, torch.cat([step, long]))
+    assert torch.equal(keys, k) and torch.equal(keys2, k2)

@@ -33,20 +33,20 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import torch
 
 from ..errors import SpecDecodeError
 from . import build
 from .native import CKernels
-from .torch_path import ROW_INVARIANT_ROWS, TorchKernels
+from .torch_path import ROW_INVARIANT_ROWS, CacheRows, TorchKernels
 
 PATHS = (*build.C_PATHS, "torch")
 ISA_VARIABLE = "SPECDECODE_ISA"
 _log = logging.getLogger("specdecode")
 
-__all__ = ["PATHS", "ROW_INVARIANT_ROWS", "Kernels", "KernelUnavailable", "active", "describe",
+__all__ = ["PATHS", "ROW_INVARIANT_ROWS", "CacheRows", "Kernels", "KernelUnavailable", "active", "describe",
            "load", "runnable"]
 
 
@@ -73,15 +73,20 @@ class Kernels(Protocol):
         """x: [T, I] fp32 -> x @ w.T: [T, O] fp32."""
         ...
 
-    def attention(self, qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                  cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-                  mask: torch.Tensor | None, start: int, num_heads: int) -> torch.Tensor:
-        """One layer's attention for T new rows.
+    def attention_inputs(self, caches: Sequence[CacheRows]) -> object:
+        """A step's caches (`CacheRows` per sequence: its cache [layers, G, capacity, d] fp32, the
+        new rows' start and count, a tree mask or causal) as `attention` reads them; made once
+        per step, used by every layer."""
+        ...
 
-        qkv: [T, (H + 2 G) d] fp32, q and k rotated in place; keys, values: the layer's cache
-        [G, capacity, d] fp32, the new rows' k and v written at start..start+T-1; cos, sin:
-        [>= max position + 1, d]; positions: [T] int64; mask: [T, start + T] bool, True where a
-        row may attend, or None for causal -> softmax(q kᵀ / √d) v: [T, H d]."""
+    def attention(self, qkv: torch.Tensor, caches: object, layer: int, cos: torch.Tensor,
+                  sin: torch.Tensor, positions: torch.Tensor, num_heads: int) -> torch.Tensor:
+        """One layer's attention for the new rows of one or more sequences, each against its
+        own cache (`attention_inputs`), the new rows' k and v written at start..start+rows-1.
+
+        qkv: [T, (H + 2 G) d] fp32, the sequences' rows one after the other, q and k rotated in
+        place; cos, sin: [>= max position + 1, d]; positions: [T] int64 -> softmax(q kᵀ / √d) v:
+        [T, H d]."""
         ...
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from ..quant import BLOCK, FORMATS, QuantTensor, decode
-from .torch_path import ROW_INVARIANT_ROWS, long_attention
+from .torch_path import ROW_INVARIANT_ROWS, CacheRows, each_sequence, long_attention
 
 _LINEAR = {torch.float32: "linear_f32", torch.bfloat16: "linear_bf16",
            torch.float16: "linear_f16"}
@@ -22,6 +23,17 @@ class BlockPanels:
     format: int
     data: torch.Tensor  # uint8: the panels' super-blocks, one after the other
     in_features: int
+
+
+@dataclass(frozen=True, eq=False)
+class _Caches:
+    """A step's `CacheRows` as the attention kernel reads them: per sequence, its caches'
+    addresses, capacity, start, rows and mask address (0: causal), one int64 array each."""
+
+    caches: Sequence[CacheRows]
+    masks: list  # the contiguous masks whose addresses `arrays` holds
+    arrays: torch.Tensor  # [6, sequences] int64
+    pointers: list[int]  # the address of each of its rows
 
 
 def pack_blocks(t: QuantTensor, lanes: int) -> np.ndarray:
@@ -119,21 +131,38 @@ class CKernels:
             assert status == 0, status
         return y
 
-    def attention(self, qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                  cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-                  mask: torch.Tensor | None, start: int, num_heads: int) -> torch.Tensor:
-        """One layer's attention for T new rows (see `Kernels.attention`)."""
-        T, G, capacity, d = qkv.shape[0], keys.shape[0], keys.shape[1], keys.shape[2]
-        if T > ROW_INVARIANT_ROWS:
-            return long_attention(qkv, keys, values, cos, sin, positions, mask, start, num_heads)
-        assert qkv.is_contiguous() and keys.is_contiguous() and values.is_contiguous()
-        assert qkv.shape[1] == (num_heads + 2 * G) * d, (qkv.shape, num_heads, G, d)
+    def attention_inputs(self, caches: Sequence[CacheRows]) -> "_Caches":
+        """What `attention` reads of a step's caches, made once for every layer of the step."""
+        masks = [None if c.mask is None else c.mask.contiguous() for c in caches]  # held: read
+        assert all(c.keys.is_contiguous() and c.values.is_contiguous() for c in caches)
+        arrays = torch.tensor([[c.keys.data_ptr() for c in caches],
+                               [c.values.data_ptr() for c in caches],
+                               [c.keys.shape[2] for c in caches],
+                               [c.start for c in caches], [c.rows for c in caches],
+                               [0 if m is None else m.data_ptr() for m in masks]],
+                              dtype=torch.int64)
+        return _Caches(caches, masks, arrays, [row.data_ptr() for row in arrays])
+
+    def attention(self, qkv: torch.Tensor, caches: "_Caches", layer: int, cos: torch.Tensor,
+                  sin: torch.Tensor, positions: torch.Tensor, num_heads: int) -> torch.Tensor:
+        """One layer's attention for the new rows of one or more sequences (see
+        `Kernels.attention`): one call for all of them, or, when a sequence brings more than
+        ROW_INVARIANT_ROWS rows (a long prefill), torch's batched attention for its rows."""
+        rows = caches.caches
+        if any(c.rows > ROW_INVARIANT_ROWS for c in rows):
+            return each_sequence(
+                lambda x, c, pos: self.attention(x, self.attention_inputs([c]), layer, cos, sin,
+                                                 pos, num_heads) if c.rows <= ROW_INVARIANT_ROWS
+                else long_attention(x, c.keys[layer], c.values[layer], cos, sin, pos, c.mask,
+                                    c.start, num_heads), qkv, rows, positions)
+        G, d = rows[0].keys.shape[1], rows[0].keys.shape[3]
+        T = qkv.shape[0]
+        assert qkv.is_contiguous() and qkv.shape[1] == (num_heads + 2 * G) * d, (qkv.shape, G, d)
+        assert T == sum(c.rows for c in rows), (T, [c.rows for c in rows])
         out = torch.empty(T, num_heads * d, dtype=torch.float32)
-        mask = None if mask is None else mask.contiguous()  # held: the kernel reads its memory
         status = self._library.attention(
-            qkv.data_ptr(), keys.data_ptr(), values.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-            positions.data_ptr(), None if mask is None else mask.data_ptr(),
-            out.data_ptr(), T, start, num_heads, G, d, capacity, torch.get_num_threads())
+            qkv.data_ptr(), *caches.pointers, len(rows), layer, cos.data_ptr(), sin.data_ptr(),
+            positions.data_ptr(), out.data_ptr(), num_heads, G, d, torch.get_num_threads())
         assert status == 0, status
         return out
 

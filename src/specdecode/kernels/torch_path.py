@@ -10,6 +10,9 @@ exact here but not cheap (BENCHMARKS.md has the speed).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
 
@@ -20,6 +23,29 @@ from ..rope import rotate
 # Longer ones are prompt prefills, which every method computes in the same call, and take
 # torch's batched routines (its flash attention is faster than a plain loop over the keys there).
 ROW_INVARIANT_ROWS = 64
+
+
+@dataclass(frozen=True)
+class CacheRows:
+    """One sequence's new rows in a step: the cache they attend to and are written to (every
+    layer's), behind `start` cached entries."""
+
+    keys: torch.Tensor  # [layers, G, capacity, d] fp32, contiguous
+    values: torch.Tensor  # [layers, G, capacity, d] fp32, contiguous
+    start: int
+    rows: int
+    mask: torch.Tensor | None = None  # [rows, start + rows] bool, True = may attend; None: causal
+
+
+def each_sequence(attend, qkv: torch.Tensor, caches: Sequence[CacheRows],
+                  positions: torch.Tensor) -> torch.Tensor:
+    """Attention of several sequences' rows as one call per sequence: `attend(qkv, cache,
+    positions)` on each one's slice of qkv [T, ...] and positions [T]."""
+    out, first = [], 0
+    for c in caches:
+        out.append(attend(qkv[first : first + c.rows], c, positions[first : first + c.rows]))
+        first += c.rows
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def long_attention(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, cos: torch.Tensor,
@@ -65,9 +91,18 @@ class TorchKernels:
         return torch.stack([(w @ torch.stack([row, row]).T)[:, 0] for row in x]) if len(x) \
             else x.new_empty(0, out_features)
 
-    def attention(self, qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+    def attention_inputs(self, caches: Sequence[CacheRows]) -> Sequence[CacheRows]:
+        return caches
+
+    def attention(self, qkv: torch.Tensor, caches: Sequence[CacheRows], layer: int,
                   cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-                  mask: torch.Tensor | None, start: int, num_heads: int) -> torch.Tensor:
+                  num_heads: int) -> torch.Tensor:
+        return each_sequence(lambda rows, c, pos: self._attention(rows, c, layer, cos, sin, pos,
+                                                                  num_heads), qkv, caches, positions)
+
+    def _attention(self, qkv: torch.Tensor, c: CacheRows, layer: int, cos: torch.Tensor,
+                   sin: torch.Tensor, positions: torch.Tensor, num_heads: int) -> torch.Tensor:
+        keys, values, mask, start = c.keys[layer], c.values[layer], c.mask, c.start
         T, G, d = qkv.shape[0], keys.shape[0], keys.shape[2]
         if T > ROW_INVARIANT_ROWS:
             return long_attention(qkv, keys, values, cos, sin, positions, mask, start, num_heads)

@@ -20,7 +20,7 @@ import torch
 from .. import kernels as kernel_paths
 from ..core.cache import StaticKVCache
 from ..core.tree import TokenTree
-from ..kernels import Kernels
+from ..kernels import CacheRows, Kernels
 from ..quant import QuantTensor
 from ..rope import frequencies, tables
 from .linear import Linear
@@ -274,20 +274,18 @@ class NativeLlama:
                 self._rope_cache(seg.cache.capacity)
             assert seg.mask is None or seg.mask.shape == (seg.rows, starts[-1] + seg.rows), \
                 (seg.mask.shape, seg.rows, starts[-1])
-        positions = [torch.arange(start, start + seg.rows) if seg.positions is None
-                     else seg.positions for seg, start in zip(segments, starts)]
-        bounds = [0]
-        for seg in segments:
-            bounds.append(bounds[-1] + seg.rows)
+        positions = torch.cat([torch.arange(start, start + seg.rows) if seg.positions is None
+                               else seg.positions for seg, start in zip(segments, starts)])
         k = self.kernels
+        caches = k.attention_inputs([CacheRows(seg.cache.keys, seg.cache.values, start,
+                                               seg.rows, seg.mask)
+                                     for seg, start in zip(segments, starts)])
         for i in range(self.num_layers) if layers is None else layers:
             w = self.layers[i]
             h = x if w.input_norm is None else k.rms_norm(x, w.input_norm, self.eps)
-            qkv = w.qkv(h)
-            o = [k.attention(qkv[a:b], seg.cache.keys[i], seg.cache.values[i], self._cos,
-                             self._sin, pos, seg.mask, start, self.num_heads)  # [rows, heads d]
-                 for seg, start, pos, a, b in zip(segments, starts, positions, bounds, bounds[1:])]
-            x = x + w.out(o[0] if len(o) == 1 else torch.cat(o))
+            o = k.attention(w.qkv(h), caches, i, self._cos, self._sin, positions,
+                            self.num_heads)  # [rows, heads d]
+            x = x + w.out(o)
             x = x + w.down(k.silu_mul(w.gate_up(k.rms_norm(x, w.post_norm, self.eps))))
         for seg, start in zip(segments, starts):
             seg.cache.length = start + seg.rows

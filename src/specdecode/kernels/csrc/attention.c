@@ -1,5 +1,6 @@
-/* Rotary embedding, KV-cache write and attention of one decoder layer for T new rows, any
- * instruction set (simd.h). Arguments: kernels.h.
+/* Rotary embedding, KV-cache write and attention of one decoder layer for the new rows of one or
+ * more sequences, each against its own cache, in one call (one parallel region over every row and
+ * head), any instruction set (simd.h). Arguments: kernels.h.
  *
  * q and k are rotated in place (the halves layout of HF Llama: x cos + rotate_half(x) sin with the
  * cos/sin rows of each row's position) and k, v appended to the cache; then each row and head takes
@@ -80,17 +81,19 @@ static void attend(const float *q, const float *keys, const float *values, const
 }
 
 struct attention_job {
-    const float *qkv, *keys, *values;
-    const int64_t *seen, *count; /* row t sees keys seen[t * end .. + count[t]] */
+    const float *qkv;
+    float *const *keys, *const *values; /* by row: its sequence's cache */
+    const int64_t *capacity;            /* by row */
+    const int64_t *seen, *first, *count; /* row t sees keys seen[first[t] .. + count[t]] */
     float *out;
-    int64_t T, end, H, G, d, capacity;
+    int64_t T, longest, H, G, d;
     int failed;
 };
 
 static void attention_task(void *context, int thread, int threads) {
     struct attention_job *job = context;
     const int64_t H = job->H, d = job->d, width = (H + 2 * job->G) * d, group = H / job->G;
-    float *scores = malloc(sizeof(float) * (size_t)(job->end + VL));
+    float *scores = malloc(sizeof(float) * (size_t)(job->longest + VL));
     if (!scores) {
         job->failed = 1; /* several threads may set it: they all write the same value */
         return;
@@ -98,40 +101,65 @@ static void attention_task(void *context, int thread, int threads) {
     long long begin, end;
     share(job->T * H, thread, threads, &begin, &end);
     for (long long th = begin; th < end; th++) {
-        const int64_t t = th / H, h = th % H, g = h / group;
-        attend(job->qkv + t * width + h * d, job->keys + g * job->capacity * d,
-               job->values + g * job->capacity * d, job->seen + t * job->end, job->count[t], d,
-               scores, job->out + (t * H + h) * d);
+        const int64_t t = th / H, h = th % H, g = h / group, cache = g * job->capacity[t] * d;
+        attend(job->qkv + t * width + h * d, job->keys[t] + cache, job->values[t] + cache,
+               job->seen + job->first[t], job->count[t], d, scores, job->out + (t * H + h) * d);
     }
     free(scores);
 }
 
-int attention(float *qkv, float *keys, float *values, const float *cos, const float *sin,
-              const int64_t *positions, const uint8_t *mask, float *out, int64_t T,
-              int64_t start, int64_t H, int64_t G, int64_t d, int64_t capacity, int threads) {
-    if (d % 16 || H % G || start + T > capacity) return 1;
-    const int64_t width = (H + 2 * G) * d, end = start + T;
-    for (int64_t t = 0; t < T; t++) { /* rotate q and k, then append k and v to the cache */
-        float *row = qkv + t * width;
-        for (int64_t h = 0; h < H + G; h++)
-            rotate(row + h * d, cos + positions[t] * d, sin + positions[t] * d, d);
-        for (int64_t g = 0; g < G; g++)
-            for (int64_t i = 0; i < d; i++) {
-                keys[(g * capacity + start + t) * d + i] = row[(H + g) * d + i];
-                values[(g * capacity + start + t) * d + i] = row[(H + G + g) * d + i];
-            }
+int attention(float *qkv, float *const *caches_k, float *const *caches_v,
+              const int64_t *capacity, const int64_t *starts, const int64_t *rows,
+              const uint8_t *const *masks, int64_t S, int64_t layer, const float *cos,
+              const float *sin, const int64_t *positions, float *out, int64_t H, int64_t G,
+              int64_t d, int threads) {
+    if (d % 16 || H % G) return 1;
+    int64_t T = 0, seen_total = 0, longest = 0;
+    for (int64_t s = 0; s < S; s++) {
+        const int64_t end = starts[s] + rows[s];
+        if (rows[s] < 0 || end > capacity[s]) return 1;
+        T += rows[s];
+        seen_total += rows[s] * end;
+        longest = end > longest ? end : longest;
     }
-    int64_t *seen = malloc(sizeof(int64_t) * (size_t)(T * end + T));
-    if (!seen) return 2;
-    int64_t *count = seen + T * end;
-    for (int64_t t = 0; t < T; t++) { /* causal: row t sees positions 0..start+t */
-        int64_t n = 0;
-        for (int64_t j = 0; j < (mask ? end : start + t + 1); j++)
-            if (!mask || mask[t * end + j]) seen[t * end + n++] = j;
-        count[t] = n;
+    const int64_t width = (H + 2 * G) * d;
+    int64_t *index = malloc(sizeof(int64_t) * (size_t)(seen_total + 3 * T + 1));
+    void **by_row = malloc(sizeof(void *) * (size_t)(2 * T + 1));
+    if (!index || !by_row) {
+        free(index), free(by_row);
+        return 2;
     }
-    struct attention_job job = {qkv, keys, values, seen, count, out, T, end, H, G, d, capacity, 0};
+    int64_t *first = index + seen_total, *count = first + T, *row_capacity = count + T;
+    float **row_keys = (float **)by_row, **row_values = (float **)by_row + T;
+    int64_t t = 0, n_seen = 0;
+    for (int64_t s = 0; s < S; s++) {
+        const int64_t start = starts[s], end = start + rows[s];
+        float *keys = caches_k[s] + layer * G * capacity[s] * d;
+        float *values = caches_v[s] + layer * G * capacity[s] * d;
+        for (int64_t r = 0; r < rows[s]; r++, t++) {
+            /* rotate q and k, then append k and v to the sequence's cache */
+            float *row = qkv + t * width;
+            for (int64_t h = 0; h < H + G; h++)
+                rotate(row + h * d, cos + positions[t] * d, sin + positions[t] * d, d);
+            for (int64_t g = 0; g < G; g++)
+                for (int64_t i = 0; i < d; i++) {
+                    keys[(g * capacity[s] + start + r) * d + i] = row[(H + g) * d + i];
+                    values[(g * capacity[s] + start + r) * d + i] = row[(H + G + g) * d + i];
+                }
+            /* the keys it sees: causal (positions 0..start + r), or its mask row */
+            const uint8_t *mask = masks[s] ? masks[s] + r * end : NULL;
+            first[t] = n_seen;
+            for (int64_t j = 0; j < (mask ? end : start + r + 1); j++)
+                if (!mask || mask[j]) index[n_seen++] = j;
+            count[t] = n_seen - first[t];
+            row_keys[t] = keys;
+            row_values[t] = values;
+            row_capacity[t] = capacity[s];
+        }
+    }
+    struct attention_job job = {qkv, row_keys, row_values, row_capacity, index, first, count,
+                                out, T, longest, H, G, d, 0};
     run_parallel(threads, attention_task, &job);
-    free(seen);
+    free(index), free(by_row);
     return job.failed ? 2 : 0;
 }

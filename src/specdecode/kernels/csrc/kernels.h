@@ -35,14 +35,18 @@ int linear_quant(const float *x, const uint8_t *w, float *y, int64_t T, int64_t 
 /* The GGUF name of block format number `format` ("Q4_K", ..), NULL past the last. */
 const char *kernel_format(int format);
 
-/* Rotary embedding, KV-cache write and softmax attention of one layer for T new rows.
- * qkv: [T, (H + 2 G) d], q and k rotated in place; keys, values: [G, capacity, d], the new k and v
- * written at start..start+T-1; cos, sin: [>= max position + 1, d]; positions: [T];
- * mask: [T, start + T] bytes, 1 where a row may attend, or NULL for causal; out: [T, H d].
- * d must be a multiple of 16. */
-int attention(float *qkv, float *keys, float *values, const float *cos, const float *sin,
-              const int64_t *positions, const uint8_t *mask, float *out, int64_t T,
-              int64_t start, int64_t H, int64_t G, int64_t d, int64_t capacity, int threads);
+/* Rotary embedding, KV-cache write and softmax attention of decoder layer `layer` for the new
+ * rows of S sequences, each against its own cache. qkv: [T, (H + 2 G) d], T = the sum of
+ * rows[s], sequence s's rows after those of the sequences before it, q and k rotated in place;
+ * caches_k[s], caches_v[s]: [layers, G, capacity[s], d], its new k and v written in the layer's
+ * part at starts[s]..starts[s]+rows[s]-1; masks[s]: [rows[s], starts[s] + rows[s]] bytes, 1
+ * where a row may attend, or NULL for causal; cos, sin: [>= max position + 1, d]; positions:
+ * [T]; out: [T, H d]. d must be a multiple of 16. */
+int attention(float *qkv, float *const *caches_k, float *const *caches_v,
+              const int64_t *capacity, const int64_t *starts, const int64_t *rows,
+              const uint8_t *const *masks, int64_t S, int64_t layer, const float *cos,
+              const float *sin, const int64_t *positions, float *out, int64_t H, int64_t G,
+              int64_t d, int threads);
 
 /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w; x, out: [T, H]; H a multiple of 16. */
 int rms_norm(const float *x, const float *w, float *out, int64_t T, int64_t H, float eps);
