@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from .core.batch import Request, generate_batch
+from .core.batch import Request, Speculation, collect_each, stream_batch
 from .core.budget import DraftBudget
 from .core.cost import StepCost, step_cost
 from .core.engine import Chunk, GenerationResult, collect, stream
@@ -104,14 +104,23 @@ class SpecDecoder:
         """Same arguments as `stream`; returns the whole result."""
         return collect(self.stream(prompt, **kwargs))
 
-    def generate_batch(self, prompts: list[str | list[int]], *, max_batch: int = 8,
-                       seed: int | None = None, **kwargs: Any) -> list[GenerationResult]:
-        """Several prompts at once, up to `max_batch` sharing each target forward; results in
-        the order of `prompts`, each the same as `generate` would give it alone (prompt i is
-        seeded with seed + i when a seed is given). Other arguments as `request`."""
+    def stream_batch(self, prompts: list[str | list[int]], *, max_batch: int = 8,
+                     seed: int | None = None, speculation: Speculation = "adaptive",
+                     **kwargs: Any) -> Iterator[tuple[int, Chunk]]:
+        """Several prompts at once, up to `max_batch` sharing each target forward: yields (index
+        of the prompt, chunk) as steps complete, each prompt's last chunk with its finish_reason
+        and stats. Each prompt gets what `generate` gives it alone (prompt i is seeded with
+        seed + i when a seed is given). `speculation`: draft rows chosen for the whole batch
+        (adaptive), for each prompt as if alone (always), or none (off). Other arguments as
+        `request`."""
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
         requests = [self.request(prompt, seed=None if seed is None else seed + i, **kwargs)
                     for i, prompt in enumerate(prompts)]
-        return generate_batch(self.model.target, requests, max_batch, self.cost,
-                              self.model.eos_token_ids, self.model.decode)
+        return stream_batch(self.model.target, requests, max_batch, self.cost,
+                            self.model.eos_token_ids, self.model.decode, speculation)
+
+    def generate_batch(self, prompts: list[str | list[int]], **kwargs: Any
+                       ) -> list[GenerationResult]:
+        """`stream_batch` (same arguments) to the end: results in the order of `prompts`."""
+        return collect_each(self.stream_batch(prompts, **kwargs), len(prompts))

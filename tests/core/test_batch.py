@@ -1,53 +1,114 @@
-"""Continuous batching: sequences join and leave at step boundaries, each gets the tokens it gets
-alone, and results come back in request order."""
+"""Continuous batching: sequences join and leave at step boundaries, long prompts are prefilled in
+chunks beside the others' steps, each sequence gets the tokens it gets alone, and the draft rows
+are chosen for the whole batch."""
 
 from __future__ import annotations
 
+import pytest
 from mock_target import MockTarget
 
 from specdecode.core.batch import Batch, Request, generate_batch
-from specdecode.core.engine import generate
+from specdecode.core.cost import StepCost
+from specdecode.core.engine import PREFILL_CHUNK, generate
 from specdecode.core.sampling import SamplingParams
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
 
 
-def requests(count: int) -> list[Request]:
+def target() -> MockTarget:
+    return MockTarget(vocab=16, layers=2, max_length=512, seed=3)
+
+
+def requests(count: int, prompt_length: int = 7) -> list[Request]:
     out = []
     for i in range(count):
-        drafter, length = (PromptLookup(3, 1), DraftLimit(4, 4)) if i % 2 else (NoDrafter(), None)
-        out.append(Request([1 + i % 5, 2, 3, 1, 2, 3, 4 + i % 3], GenerationConfig(6 + i % 4),
-                           drafter, length))
+        drafter, limit = (PromptLookup(3, 1), DraftLimit(4, 4)) if i % 2 else (NoDrafter(), None)
+        prompt = ([1 + i % 5, 2, 3, 1, 2, 3, 4 + i % 3] * prompt_length)[:prompt_length]
+        out.append(Request(prompt, GenerationConfig(6 + i % 4), drafter, limit))
     return out
 
 
+def alone(t, reqs, cost=None):
+    return [generate(t, r.drafter, r.prompt, r.config,
+                     r.limit and DraftLimit(r.limit.nodes, r.limit.depth), cost=cost)
+            for r in reqs]
+
+
 def test_more_requests_than_the_batch_holds_all_finish_in_request_order():
-    target = MockTarget(vocab=16, layers=2, max_length=128, seed=3)
-    reqs = requests(7)
-    alone = [generate(target, r.drafter, r.prompt, r.config, r.limit) for r in reqs]
-    together = generate_batch(target, reqs, max_batch=3)
-    assert [r.token_ids for r in together] == [r.token_ids for r in alone]
-    assert [r.finish_reason for r in together] == [r.finish_reason for r in alone]
+    t, reqs = target(), requests(7)
+    expected = alone(t, reqs)
+    together = generate_batch(t, reqs, max_batch=3)
+    assert [r.token_ids for r in together] == [r.token_ids for r in expected]
+    assert [r.finish_reason for r in together] == [r.finish_reason for r in expected]
     assert all(r.stats.wall_seconds > 0 for r in together)
 
 
+def test_long_prompts_are_prefilled_in_chunks_while_others_decode():
+    t = target()
+    batch = Batch(t, prefill_rows=PREFILL_CHUNK)
+    short = batch.join(requests(1)[0])
+    long = batch.join(Request([1, 2, 3, 4] * 60, GenerationConfig(4), NoDrafter(), None))
+    steps = 0
+    while long.to_prefill:
+        stepped = [seq for seq, _ in batch.step()]
+        steps += 1
+        assert batch.last_step.prefill_rows <= PREFILL_CHUNK
+        if steps > 1:  # the short prompt (prefilled in the first step) decodes meanwhile
+            assert short in stepped or short.finish_reason is not None
+    assert steps == -(-(240 - 1) // PREFILL_CHUNK) and long.stats.prefill_seconds > 0
+
+
+def test_a_prompt_prefilled_in_chunks_beside_other_sequences_decodes_as_alone():
+    t = target()
+    reqs = requests(4) + [Request([3, 1, 2] * 70, GenerationConfig(12), PromptLookup(3, 1),
+                                  DraftLimit(4, 4))]
+    expected = alone(t, reqs, StepCost.linear(0.1))
+    together = generate_batch(t, reqs, max_batch=5, cost=StepCost.linear(0.1))
+    assert [r.token_ids for r in together] == [r.token_ids for r in expected]
+
+
 def test_a_sequence_that_leaves_is_no_longer_stepped():
-    target = MockTarget(vocab=16, layers=2, max_length=128, seed=3)
-    batch = Batch(target)
+    batch = Batch(target())
     first, second = (batch.join(r) for r in requests(2))
+    batch.step()  # both prompts prefilled
     assert [seq for seq, _ in batch.step()] == [first, second]
     batch.leave(first)
     assert len(batch) == 1 and [seq for seq, _ in batch.step()] == [second]
 
 
+def test_a_sequence_can_leave_while_its_prompt_is_prefilled():
+    batch = Batch(target())
+    long = batch.join(Request([1, 2] * 100, GenerationConfig(3), NoDrafter(), None))
+    batch.step()
+    assert long.to_prefill > 0
+    batch.leave(long)
+    assert len(batch) == 0 and batch.step() == []
+
+
 def test_finished_sequences_leave_the_batch_with_their_last_chunk():
-    target = MockTarget(vocab=16, layers=2, max_length=128, seed=3)
-    batch = Batch(target)
+    batch = Batch(target())
     short = batch.join(Request([1, 2, 3], GenerationConfig(1, SamplingParams()), NoDrafter(),
                                None))
     long = batch.join(Request([1, 2, 3], GenerationConfig(3), NoDrafter(), None))
+    batch.step()  # prefill
     chunks = dict((id(seq), chunk) for seq, chunk in batch.step())
     assert chunks[id(short)].finish_reason == "length" and chunks[id(short)].stats is not None
     assert chunks[id(long)].finish_reason is None
-    assert [seq for _, seq, _ in batch.active] == [long]
+    assert [e.seq for e in batch.decoding] == [long]
+
+
+def drafted(speculation: str, sequences: int) -> float:
+    """Draft rows per sequence and step of lookup on a repetitive prompt, rows costing 0.1."""
+    t = target()
+    reqs = [Request([5, 6, 7, 8] * 8, GenerationConfig(24), PromptLookup(3, 1), DraftLimit(8, 8))
+            for _ in range(sequences)]
+    results = generate_batch(t, reqs, sequences, StepCost.linear(0.1), speculation=speculation)
+    return sum(r.stats.drafted for r in results) / sum(r.stats.target_forwards for r in results)
+
+
+def test_adaptive_speculation_shrinks_as_the_batch_grows_and_always_does_not():
+    assert drafted("adaptive", 1) == drafted("always", 1) > 0
+    assert drafted("adaptive", 8) < drafted("adaptive", 1)
+    assert drafted("always", 8) == pytest.approx(drafted("always", 1))
+    assert drafted("off", 4) == 0

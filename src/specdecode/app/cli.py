@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 
+from ..core.batch import MAX_BATCH, SPECULATION
 from ..drafters import DRAFTERS
 from ..errors import InvalidParameterError, SpecDecodeError
 from ..models import DEFAULT_MODEL
@@ -162,8 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model id reported by /v1/models and accepted in requests "
                         "(default: --model as given)")
     v.add_argument("--max-batch", type=int, default=8,
-                   help="requests generating at once, sharing each target forward (default 8); "
-                        "the rest wait in the queue")
+                   help="requests generating at once, sharing each target forward (default 8, "
+                        f"at most {MAX_BATCH}); the rest wait in the queue")
+    v.add_argument("--speculation", default="adaptive", choices=SPECULATION,
+                   help="adaptive: draft rows chosen for the whole batch by cost, so speculation "
+                        "shrinks as the batch fills (default); always: each request drafts as if "
+                        "alone; off: plain decoding for every request")
     v.add_argument("--api-key",
                    help="require `Authorization: Bearer KEY` on /v1/ routes (default: the "
                         "SPECDECODE_API_KEY environment variable; unset: open)")

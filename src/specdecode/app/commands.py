@@ -183,11 +183,12 @@ API_KEY_VARIABLE = "SPECDECODE_API_KEY"
 def serve(args: argparse.Namespace) -> int:
     # imported here: the server dependencies are needed by this command only
     from .server import build_server, create_app
+    from ..core.batch import MAX_BATCH
     from .server.guard import DEFAULT_MAX_BODY_BYTES
 
-    if args.max_queue < 1 or args.max_batch < 1:
-        raise InvalidParameterError(f"--max-queue and --max-batch must be >= 1, got "
-                                    f"{args.max_queue}, {args.max_batch}")
+    if args.max_queue < 1 or not 1 <= args.max_batch <= MAX_BATCH:
+        raise InvalidParameterError(f"need --max-queue >= 1 and 1 <= --max-batch <= {MAX_BATCH}, "
+                                    f"got {args.max_queue}, {args.max_batch}")
     max_body_bytes = DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
     if max_body_bytes < 1:
         raise InvalidParameterError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
@@ -202,14 +203,15 @@ def serve(args: argparse.Namespace) -> int:
     model = load(args)
     decoder = SpecDecoder(model, resolve_args(args, model))
     app = create_app(decoder, options=drafter_values(args), max_queue=args.max_queue,
-                     max_batch=args.max_batch, request_timeout=args.request_timeout,
+                     max_batch=args.max_batch, speculation=args.speculation,
+                     request_timeout=args.request_timeout,
                      model_id=args.served_model_name, api_key=api_key,
                      max_body_bytes=max_body_bytes)
     note = f"; {decoder.spec.note}" if decoder.spec.note else ""
     access = "API key required" if api_key else "no API key: open to anyone who can connect"
     print(f"specdecode: serving {model.name} ({decoder.describe()}{note}; {model.kernels}; up to "
-          f"{args.max_batch} requests at once; {access}) on http://{args.host}:{args.port}/v1",
-          file=sys.stderr)
+          f"{args.max_batch} requests at once, speculation {args.speculation}; {access}) on "
+          f"http://{args.host}:{args.port}/v1", file=sys.stderr)
     build_server(app, args.host, args.port, grace=args.shutdown_grace,
                  log_level=args.log_level).run()
     return 0

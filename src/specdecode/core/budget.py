@@ -39,14 +39,18 @@ class DraftBudget:
     depth: int
 
 
-def allocate(cost: StepCost, drafts: Sequence[tuple[torch.Tensor | None, int, int]]) -> list[int]:
+def allocate(cost: StepCost, drafts: Sequence[tuple[torch.Tensor | None, int, int]],
+             other_rows: int = 0, other_cached: int = 0) -> list[int]:
     """How many of each draft's nodes to score: drafts are (chances [N] or None, N, context
-    length) per sequence, in the step's order; returns a count per draft (N where chances is
-    None). The best prefix of the merged order (each draft's nodes taken in its own order, the
-    likeliest next node first) by expected tokens per second; ties keep fewer rows."""
+    length) per sequence, in the step's order; the step also holds `other_rows` rows that attend
+    to `other_cached` cached tokens in all (prompt chunks being prefilled). Returns a count per
+    draft (N where chances is None): the best prefix of the merged order (each draft's nodes
+    taken in its own order, the likeliest next node first) by expected tokens per second; ties
+    keep fewer rows."""
     counts = [n if chances is None else 0 for chances, n, _ in drafts]
-    rows = sum(1 + fixed for fixed in counts)
-    cached = sum((1 + fixed) * context for fixed, (_, _, context) in zip(counts, drafts))
+    rows = other_rows + sum(1 + fixed for fixed in counts)
+    cached = other_cached + sum((1 + fixed) * context
+                                for fixed, (_, _, context) in zip(counts, drafts))
     expected = float(len(drafts))  # every sequence confirms at least one token per step
     ranked = [(chances.tolist(), context) for chances, _, context in drafts
               if chances is not None]

@@ -21,6 +21,7 @@ import torch
 
 from ..drafters.base import EMPTY_DRAFT, Draft, Drafter
 from ..errors import InvalidParameterError, PromptTooLongError
+from ..kernels import ROW_INVARIANT_ROWS
 from ..models.target import Target
 from .budget import allocate
 from .cost import StepCost
@@ -39,26 +40,37 @@ class Chunk:
     stats: RunStats | None = None  # set on the last chunk
 
 
-def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
+# prompt rows per prefill call: the attention kernel computes a row alike in any call of up to
+# this many rows (and every other kernel in any call), so a prompt's cache is the same however
+# its prefill is split, alone or beside other sequences' steps
+PREFILL_CHUNK = ROW_INVARIANT_ROWS
+
+
+def admit(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
           limit: DraftLimit | None, decode: Callable[[list[int]], str] | None = None) -> Sequence:
-    """A new sequence for `prompt`, its prompt prefilled (all but the pending last token)."""
+    """A new sequence for `prompt`, nothing prefilled yet (`Sequence.to_prefill`)."""
     if not prompt:
         raise InvalidParameterError("the prompt is empty")
     if len(prompt) >= target.max_length:
         raise PromptTooLongError(
             f"prompt has {len(prompt)} tokens; the context window is {target.max_length}"
         )
-    started = time.perf_counter()
     tokens = torch.empty(target.max_length, dtype=torch.long)
     tokens[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
     seq = Sequence(tokens, len(prompt), len(prompt), target.new_cache(), config,
                    new_generator(config.seed, target.device), limit,
                    IncrementalText(decode, config.stop) if decode else None)
     drafter.start(seq)
-    if seq.length > 1:
-        hidden = target.prefill(seq.cache, seq.tokens[: seq.length - 1])
-        if drafter.uses_features:
-            drafter.observe_features(seq, hidden)
+    return seq
+
+
+def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
+          limit: DraftLimit | None, decode: Callable[[list[int]], str] | None = None) -> Sequence:
+    """A new sequence for `prompt`, its prompt prefilled (all but the pending last token)."""
+    started = time.perf_counter()
+    seq = admit(target, drafter, prompt, config, limit, decode)
+    while seq.to_prefill:
+        step_batch(target, [], prefill=[(drafter, seq, min(seq.to_prefill, PREFILL_CHUNK))])
     seq.stats.prefill_seconds = time.perf_counter() - started
     return seq
 
@@ -87,24 +99,40 @@ def step(target: Target, drafter: Drafter, seq: Sequence,
 
 
 def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
-               eos_token_ids: frozenset[int] = frozenset(),
-               cost: StepCost | None = None) -> list[Chunk]:
+               eos_token_ids: frozenset[int] = frozenset(), cost: StepCost | None = None,
+               prefill: list[tuple[Drafter, Sequence, int]] = (),
+               jointly: bool = True) -> list[Chunk]:
     """One target forward for several unfinished sequences, each with its own drafter: every
     sequence proposes, the step keeps the draft nodes that pay by `cost` (None: every proposed
-    node), the rows of all of them are scored together (each against its own cache), then each is
-    verified and committed alone. A sequence's tokens are the same as stepped alone: the target
-    computes a row the same way whatever else the forward holds."""
+    node; jointly: for the whole step, else for each sequence as if alone), the rows of all of
+    them are scored together (each against its own cache), then each is verified and committed
+    alone. `prefill`: (drafter, sequence, n) for sequences whose next n prompt tokens go into
+    their caches in the same forward (at most PREFILL_CHUNK each). A sequence's tokens are the
+    same as stepped alone: the target computes a row the same way whatever else the forward
+    holds."""
     clock = time.perf_counter
     planned = []
     for drafter, seq in work:  # 1 propose
         t0 = clock()
         planned.append(_Planned(drafter, seq, _propose(target, drafter, seq), clock() - t0))
+    chunks = [(seq.cache, seq.tokens[seq.cache.length : seq.cache.length + n])
+              for _, seq, n in prefill]
     if cost is not None:
-        counts = allocate(cost, [(p.draft.chances, len(p.draft), p.seq.length) for p in planned])
+        drafts = [(p.draft.chances, len(p.draft), p.seq.length) for p in planned]
+        counts = (allocate(cost, drafts, sum(len(rows) for _, rows in chunks),
+                           sum(len(rows) * cache.length for cache, rows in chunks)) if jointly
+                  else [n for draft in drafts for n in allocate(cost, [draft])])
         for p, n in zip(planned, counts):
             p.draft = p.draft.best(n)
-    t1 = clock()  # 2 score every pending token and draft in one target forward
-    hiddens = target.hidden_batch([(p.seq.cache, p.rows, p.draft.tree) for p in planned])
+    t1 = clock()  # 2 score every pending token and draft (and prompt chunk) in one forward
+    hiddens = target.hidden_batch([(p.seq.cache, p.rows, p.draft.tree) for p in planned]
+                                  + [(cache, rows, None) for cache, rows in chunks])
+    for (drafter, seq, _), hidden in zip(prefill, hiddens[len(planned):]):
+        if drafter.uses_features:
+            drafter.observe_features(seq, hidden)
+    if not planned:
+        return []
+    hiddens = hiddens[: len(planned)]
     logits = target.logits(torch.cat(hiddens)).split([h.shape[0] for h in hiddens])
     forward_seconds = clock() - t1
     return [_commit(p, h, lg, forward_seconds, target.max_length, eos_token_ids)

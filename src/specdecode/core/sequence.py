@@ -86,6 +86,11 @@ class Sequence:
         return self.tokens[: self.length]
 
     @property
+    def to_prefill(self) -> int:
+        """Prompt tokens not yet in the cache (all but the pending one are, once prefilled)."""
+        return self.length - 1 - self.cache.length
+
+    @property
     def sampling(self) -> SamplingParams:
         return self.config.sampling
 

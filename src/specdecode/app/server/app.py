@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...core.engine import Chunk
 from ...drafters import DRAFTERS
+from ...core.batch import Speculation
 from ...errors import InvalidParameterError, SpecDecodeError
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
@@ -103,22 +104,25 @@ class ServerState:
 
 
 def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | None = None,
-               max_queue: int = 16, max_batch: int = 8, request_timeout: float = 300.0,
-               model_id: str | None = None, api_key: str | None = None,
+               max_queue: int = 16, max_batch: int = 8, speculation: Speculation = "adaptive",
+               request_timeout: float = 300.0, model_id: str | None = None,
+               api_key: str | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """Build the app around one loaded model.
 
     `decoder` serves requests that name no `speculative` method (a bare LoadedModel gets the
     tuned or default method); `options` (drafter options by name) configure the drafters that
-    requests ask for by name. Up to `max_batch` requests generate together (`core.batch`);
-    `api_key` (None: open) and `max_body_bytes` guard the routes (`guard.RequestGuard`)."""
+    requests ask for by name. Up to `max_batch` requests generate together (`core.batch`), their
+    draft rows chosen as `speculation` says; `api_key` (None: open) and `max_body_bytes` guard
+    the routes (`guard.RequestGuard`)."""
     options = dict(options or {})
     if isinstance(decoder, LoadedModel):
         decoder = SpecDecoder(decoder, **options)
     if request_timeout <= 0:
         raise InvalidParameterError(f"request timeout must be > 0, got {request_timeout}")
     metrics = ServerMetrics()
-    worker = EngineWorker(DecoderCache(decoder, options), metrics, max_queue, max_batch)
+    worker = EngineWorker(DecoderCache(decoder, options), metrics, max_queue, max_batch,
+                          speculation)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

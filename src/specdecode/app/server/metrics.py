@@ -22,6 +22,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from ...core.batch import StepReport
 from ...core.metrics import RunStats
 
 ENDPOINTS = frozenset({"/v1/models", "/v1/completions", "/v1/chat/completions", "/health",
@@ -59,6 +60,8 @@ class ServerMetrics:
         self.draft_rows = Counter("specdecode_draft_rows",
                                   "Rows holding draft tokens (their share = rate(draft_rows) / "
                                   "rate(rows))", registry=r)
+        self.prefill_rows = Counter("specdecode_prefill_rows",
+                                    "Prompt rows prefilled beside the steps' rows", registry=r)
         self.generations = Counter("specdecode_generations", "Finished generations",
                                    ["method", "finish_reason"], registry=r)
         self.tokens = Counter("specdecode_generated_tokens",
@@ -83,10 +86,11 @@ class ServerMetrics:
         self.drafted.labels(method).inc(stats.drafted)
         self.accepted.labels(method).inc(stats.accepted)
 
-    def observe_step(self, rows: int, draft_rows: int) -> None:
+    def observe_step(self, step: StepReport) -> None:
         self.steps.inc()
-        self.rows.inc(rows)
-        self.draft_rows.inc(draft_rows)
+        self.rows.inc(step.rows)
+        self.draft_rows.inc(step.draft_rows)
+        self.prefill_rows.inc(step.prefill_rows)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ...core.batch import Batch
+from ...core.batch import Batch, Speculation
 from ...core.budget import DraftBudget
 from ...core.cost import step_cost
 from ...core.engine import Chunk
@@ -128,11 +128,11 @@ class EngineWorker:
     beyond that)."""
 
     def __init__(self, decoders: DecoderCache, metrics: ServerMetrics, max_queue: int = 16,
-                 max_batch: int = 8) -> None:
+                 max_batch: int = 8, speculation: Speculation = "adaptive") -> None:
         if max_queue < 1 or max_batch < 1:
             raise ValueError(f"max_queue and max_batch must be >= 1, got {max_queue}, {max_batch}")
         self.decoders, self.metrics = decoders, metrics
-        self.max_batch = max_batch
+        self.max_batch, self.speculation = max_batch, speculation
         self._jobs: queue.Queue[Job] = queue.Queue(max_queue)
         self._running: dict[int, tuple[Job, Sequence]] = {}  # id(sequence) -> its job
         self._accepting = True
@@ -192,7 +192,8 @@ class EngineWorker:
 
     def _run(self) -> None:
         model = self.decoders.default.model
-        batch = Batch(model.target, step_cost(model), model.eos_token_ids, model.decode)
+        batch = Batch(model.target, step_cost(model), model.eos_token_ids, model.decode,
+                      self.speculation)
         while not self._stop.is_set():
             self._admit(batch)
             self._leave_stopped(batch)
@@ -245,8 +246,7 @@ class EngineWorker:
                 job.send(InternalError("internal error while generating; see the server log"))
             self._running.clear()
             return
-        sequences, rows, draft_rows = batch.last_step
-        self.metrics.observe_step(rows, draft_rows)
+        self.metrics.observe_step(batch.last_step)
         for seq, chunk in results:
             job = self._running[id(seq)][0]
             if seq.stats.target_forwards == 1:
