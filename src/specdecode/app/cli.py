@@ -127,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use a random-weight ~1B Llama-family GGUF in llama.cpp's Q4_K_M mix "
                         "as the model, written to PATH first if it is not there (~0.8 GB, a "
                         "few minutes): memory and speed at a real model's size")
+    b.add_argument("--load", metavar="N1,N2,...",
+                   help="instead of the table: the server under N concurrent streaming clients "
+                        "for each N (e.g. 1,2,4,8,16), for each --load-modes server: aggregate "
+                        "and per-request tokens/s, time to first token, inter-token latency "
+                        "(load.md, load.json, load.png in --out)")
+    b.add_argument("--load-modes",
+                   help="servers for --load: 'one at a time' (no batching), adaptive, always, "
+                        "off (speculation in a batch; default: all four)")
     b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy)")
 
     t = sub.add_parser("tune", help="measure drafting settings and save the fastest as defaults",

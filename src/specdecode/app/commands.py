@@ -115,6 +115,10 @@ def _synthetic_1b(path: Path) -> Path:
 
 
 def bench(args: argparse.Namespace) -> int:
+    if args.load:
+        from .bench.load import run_load
+
+        return run_load(args)
     if args.synthetic_1b:
         args.model = str(_synthetic_1b(Path(args.synthetic_1b)))
     if args.distance:
@@ -182,7 +186,7 @@ API_KEY_VARIABLE = "SPECDECODE_API_KEY"
 
 def serve(args: argparse.Namespace) -> int:
     # imported here: the server dependencies are needed by this command only
-    from .server import build_server, create_app
+    from .server import create_app, serve
     from ..core.batch import MAX_BATCH
     from .server.guard import DEFAULT_MAX_BODY_BYTES
 
@@ -212,8 +216,7 @@ def serve(args: argparse.Namespace) -> int:
     print(f"specdecode: serving {model.name} ({decoder.describe()}{note}; {model.kernels}; up to "
           f"{args.max_batch} requests at once, speculation {args.speculation}; {access}) on "
           f"http://{args.host}:{args.port}/v1", file=sys.stderr)
-    build_server(app, args.host, args.port, grace=args.shutdown_grace,
-                 log_level=args.log_level).run()
+    serve(app, args.host, args.port, grace=args.shutdown_grace, log_level=args.log_level)
     return 0
 
 

@@ -114,7 +114,7 @@ def measure(target: Target, repeats: int = 5) -> StepCost:
 def machine_key(model: "LoadedModel") -> str:
     """What a measured curve depends on besides the model: weight formats, kernel path (with its
     threads) and CPU."""
-    return f"{model.weights} | {model.kernels} | {platform.machine()} {_cpu_name()}"
+    return f"{model.weights} | {model.kernels} | {platform.machine()} {cpu_name()}"
 
 
 def step_cost(model: "LoadedModel") -> StepCost:
@@ -139,7 +139,8 @@ def save_step_cost(model: "LoadedModel", cost: StepCost) -> None:
     _MEASURED[(model.key, model.weights, path)] = cost
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name, for reports and measured profiles."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ...core.cost import cpu_name
 from ...drafters import DRAFTERS
 from ...errors import InvalidParameterError, SpecDecodeError
 from ...models import LoadedModel, load_model
@@ -169,7 +170,7 @@ def run_bench(args: argparse.Namespace) -> int:
             "max_new_tokens": args.max_new_tokens,
             "methods": {label: _describe(label, labels, decoders, args)
                         for label in labels},
-            "machine": {**_machine(), "kernels": model.kernels}}
+            "machine": {**machine_info(), "kernels": model.kernels}}
     summary = {group: {label: by_label[label] for label in labels if label in by_label}
                for group, by_label in summarize(records).items()}  # in the order they ran
     audit = greedy_audit(model, records, prompts) if args.temperature == 0 else None
@@ -250,15 +251,8 @@ def _hf_generate(model: LoadedModel, ids: list[int], max_new: int, temperature: 
     return out, seconds
 
 
-def _machine() -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+def machine_info() -> dict:
+    """The CPU, threads, torch, commit, date and this process's peak memory, for reports."""
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True, cwd=Path(__file__).parent).stdout.strip()
@@ -266,6 +260,6 @@ def _machine() -> dict:
         commit = ""
     # ru_maxrss is in KiB on Linux: the process's peak, weights and KV caches included
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
+    return {"cpu": cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "commit": commit or "unknown", "date": time.strftime("%Y-%m-%d %H:%M"),
             "peak_rss_mb": peak_mb}

@@ -1,11 +1,11 @@
 """OpenAI-compatible HTTP server (`specdecode serve`): FastAPI routes in front of one engine worker.
 
-    from specdecode.server import build_server, create_app
-    build_server(create_app(SpecDecoder.load()), port=8000).run()
+    from specdecode.app.server import create_app, serve
+    serve(create_app(SpecDecoder.load()), port=8000)  # engine on this thread, HTTP on another
 
 Needs the server dependencies (fastapi, uvicorn, prometheus_client)."""
 
 from .app import create_app
-from .runner import GracefulServer, build_server
+from .runner import GracefulServer, build_server, serve
 
-__all__ = ["GracefulServer", "build_server", "create_app"]
+__all__ = ["GracefulServer", "build_server", "create_app", "serve"]

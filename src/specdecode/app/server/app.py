@@ -152,7 +152,7 @@ def _add_routes(app: FastAPI) -> None:
         state = _state(request)
         ok = state.worker.accepting
         body = {"status": "ok" if ok else "shutting_down", "model": state.model_id,
-                "queue_length": state.worker.queue_length}
+                "kernels": state.model.kernels, "queue_length": state.worker.queue_length}
         return JSONResponse(body, 200 if ok else 503)
 
     @app.get("/metrics")

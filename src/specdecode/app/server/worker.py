@@ -150,11 +150,19 @@ class EngineWorker:
         return self._jobs.qsize()
 
     def start(self) -> None:
+        """Run the engine loop on a thread of its own (unless bound to a thread already)."""
         with self._start_lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="specdecode-engine",
+                self._thread = threading.Thread(target=self.run, name="specdecode-engine",
                                                 daemon=True)
                 self._thread.start()
+
+    def bind_to_this_thread(self) -> None:
+        """The calling thread will run the loop (`run`): no thread of its own is started."""
+        with self._start_lock:
+            if self._thread is not None:
+                raise RuntimeError("the engine loop already has a thread")
+            self._thread = threading.current_thread()
 
     def submit(self, job: Job) -> None:
         """Queue a job; raises ServerBusyError when the queue is full or the server is stopping."""
@@ -174,12 +182,13 @@ class EngineWorker:
         timer.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Shutdown, step 2: cancel everything and end the thread."""
+        """Shutdown, step 2: cancel everything and end the loop (and its thread, if its own)."""
         self._accepting = False
         self.cancel_all(ServerShutdownError(SHUTDOWN_MESSAGE))
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread() and thread.daemon:
+            thread.join(timeout)
 
     def cancel_all(self, error: Exception) -> None:
         while True:
@@ -190,11 +199,12 @@ class EngineWorker:
         for job, _ in list(self._running.values()):
             job.fail(error)
 
-    def _run(self) -> None:
+    def run(self, until: Callable[[], bool] = lambda: False) -> None:
+        """The engine loop, until `stop` (or `until()` is true)."""
         model = self.decoders.default.model
         batch = Batch(model.target, step_cost(model), model.eos_token_ids, model.decode,
                       self.speculation)
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not until():
             self._admit(batch)
             self._leave_stopped(batch)
             self.metrics.busy.set(1 if len(batch) else 0)
