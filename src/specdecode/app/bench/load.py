@@ -2,9 +2,10 @@
 
 For each server mode (`MODES`: requests one at a time, as a server without batching runs them,
 then batches with adaptive, always-on and no speculation) a `specdecode serve` process is started
-on the model, and for each concurrency N, N clients stream chat completions of Spec-Bench's first
-turns (greedy) back to back until 2N requests (at least 4) have finished. Reported per mode and N:
-aggregate tokens per second (all completion tokens over the level's wall time), per-request
+on the model, all before the first measurement; then for each concurrency N, mode after mode, N
+clients stream chat completions of Spec-Bench's first turns (greedy) back to back until 2N
+requests (at least 4) have finished, in --repeats rounds. Reported per mode and N: aggregate
+tokens per second (all completion tokens over the level's wall time, the median round), per-request
 tokens per second, time to first token and inter-token latency ((last - first token time) /
 (tokens - 1) of each request), medians and 95th percentiles. The clients run in this process
 (asyncio, no model loaded); the server in its own, as in use.
@@ -20,7 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import InvalidParameterError, SpecDecodeError
@@ -159,16 +160,19 @@ def _percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, round(q * (len(values) - 1)))] if values else 0.0
 
 
-def summarize(timings: list[Timing], wall: float) -> dict:
+def summarize(rounds: list[tuple[list[Timing], float]]) -> dict:
+    """One mode at one level: the median round's aggregate tokens per second, and the requests
+    of every round for the rest."""
+    timings = [t for round_timings, _ in rounds for t in round_timings]
     itl = [t.inter_token for t in timings if t.inter_token is not None]
-    return {"requests": len(timings), "tokens": sum(t.tokens for t in timings),
-            "aggregate_tps": round(sum(t.tokens for t in timings) / wall, 1),
+    aggregate = statistics.median(sum(t.tokens for t in ts) / wall for ts, wall in rounds)
+    return {"rounds": len(rounds), "requests": len(timings),
+            "tokens": sum(t.tokens for t in timings), "aggregate_tps": round(aggregate, 1),
             "request_tps_p50": round(statistics.median(t.tokens_per_second for t in timings), 1),
             "ttft_p50": round(_percentile([t.first for t in timings], 0.5), 3),
             "ttft_p95": round(_percentile([t.first for t in timings], 0.95), 3),
             "itl_p50": round(_percentile(itl, 0.5) * 1000, 1),
-            "itl_p95": round(_percentile(itl, 0.95) * 1000, 1),
-            "wall_seconds": round(wall, 2)}
+            "itl_p95": round(_percentile(itl, 0.95) * 1000, 1)}
 
 
 def run_load(args) -> int:
@@ -189,35 +193,39 @@ def run_load(args) -> int:
               *(["--threads", str(args.threads)] if args.threads else [])]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, dict[int, dict]] = {}
+    results: dict[str, dict[int, dict]] = {mode: {} for mode in modes}
     kernels = ""
-    total = len(modes) * sum(max(4, 2 * n) for n in levels)
-    bar = tqdm(total=total, desc="load", unit="request")
+    rounds: dict[tuple[str, int], list] = {(m, n): [] for m in modes for n in levels}
+    total = args.repeats * len(modes) * sum(max(4, 2 * n) for n in levels)
+    servers: dict[str, Server] = {}
     try:
-        for mode in modes:
+        for mode in modes:  # all up at once, each idle while another is measured
             extra = MODES[mode] if "--max-batch" in MODES[mode] else \
                 MODES[mode] + ["--max-batch", str(max(levels))]
-            server = Server(common + extra)
-            try:
-                kernels = server.wait()
-                warm = _body(prompts[0], 8)
-                asyncio.run(_level(server.url, [warm], 1))
-                results[mode] = {}
+            servers[mode] = Server(common + extra)
+            kernels = servers[mode].wait()  # one at a time: each measures its step cost
+            asyncio.run(_level(servers[mode].url, [_body(prompts[0], 8)], 1))  # warm-up
+        with tqdm(total=total, desc="load", unit="request") as bar:
+            # rounds, and modes within a level, interleaved: a drift in the machine's speed
+            # (tens of percent within minutes here) hits every mode alike
+            for _ in range(args.repeats):
                 for n in levels:
                     count = max(4, 2 * n)
                     bodies = [_body(prompts[i % len(prompts)], args.max_new_tokens)
                               for i in range(count)]
-                    timings, wall = asyncio.run(_level(server.url, bodies, n))
-                    results[mode][n] = summarize(timings, wall)
-                    bar.update(count)
-            finally:
-                server.stop()
+                    for mode in modes:
+                        rounds[mode, n].append(asyncio.run(_level(servers[mode].url, bodies, n)))
+                        bar.update(count)
+        for (mode, n), measured in rounds.items():
+            results[mode][n] = summarize(measured)
     finally:
-        bar.close()
+        for server in servers.values():
+            server.stop()
     machine = machine_info()
     info = {"model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
-            "prompts": len(prompts), "levels": levels, "cpu": machine["cpu"],
-            "kernels": kernels, "commit": machine["commit"], "date": machine["date"]}
+            "prompts": len(prompts), "levels": levels, "rounds": args.repeats,
+            "cpu": machine["cpu"], "kernels": kernels, "commit": machine["commit"],
+            "date": machine["date"]}
     report = format_load(results, info)
     print(report)
     (out / "load.json").write_text(json.dumps({"info": info, "results": results}, indent=1))
@@ -236,8 +244,9 @@ def format_load(results: dict[str, dict[int, dict]], info: dict) -> str:
     base = results.get("one at a time", {})
     lines = [f"# specdecode bench --load — {info['model']} ({info['dtype']}), "
              f"{info['max_new_tokens']} new tokens, greedy, {info['prompts']} Spec-Bench first "
-             f"turns", f"machine: {info['cpu']}, server on {info['kernels']}; commit "
-             f"{info['commit']}; {info['date']}", "",
+             f"turns, median of {info['rounds']} rounds",
+             f"machine: {info['cpu']}, server on {info['kernels']}; commit {info['commit']}; "
+             f"{info['date']}", "",
              "| mode | clients | aggregate tok/s | × one at a time | per-request tok/s (p50) | "
              "TTFT p50 / p95 s | ITL p50 / p95 ms |", "|---|---:|---:|---:|---:|---:|---:|"]
     for mode, by_level in results.items():
