@@ -3,11 +3,19 @@ tokens per second; speculation shrinks as the batch grows."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
+from mock_target import MockTarget
 
 from specdecode.core.budget import allocate
 from specdecode.core.cost import StepCost
+from specdecode.core.engine import generate
+from specdecode.core.sequence import DraftLimit, GenerationConfig
+from specdecode.drafters.base import Draft, Drafter
+
+V = 16
 
 
 def chances(*values: float) -> torch.Tensor:
@@ -64,3 +72,83 @@ def test_a_sequences_rows_fit_one_row_invariant_attention_call():
     DraftLimit(MAX_DRAFT_NODES, 8)
     with pytest.raises(InvalidParameterError, match="max-draft-nodes"):
         DraftLimit(MAX_DRAFT_NODES + 1, 8)
+
+
+def test_a_gate_pauses_drafting_that_does_not_pay_and_tries_again_later():
+    from specdecode.core.budget import GATE_STEPS, MAX_PAUSE, MIN_PAUSE, DraftGate
+
+    gate = DraftGate()
+    for _ in range(GATE_STEPS - 1):
+        gate.observe(-1.0)
+        assert gate.open()  # too few steps to judge yet
+    gate.observe(-1.0)
+    assert [gate.open() for _ in range(MIN_PAUSE)] == [False] * MIN_PAUSE and gate.open()
+    for _ in range(GATE_STEPS):  # the steps after the pause fail too: a pause twice as long
+        gate.observe(-1.0)
+    assert sum(not gate.open() for _ in range(4 * MIN_PAUSE)) == 2 * MIN_PAUSE
+    gate.observe(0.5)  # a step that pays
+    gate.observe(-0.1)
+    assert all(gate.open() for _ in range(50)) and gate.pause == MIN_PAUSE
+    for _ in range(20):
+        for _ in range(GATE_STEPS):
+            gate.observe(-1.0)
+        while not gate.open():
+            pass
+    assert gate.pause == MAX_PAUSE
+
+
+class Slow(Drafter):
+    """Proposes, slowly, three tokens of which the first is never the next one: drafting that
+    costs 2 ms and gains nothing."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    @classmethod
+    def create(cls, model, options):
+        raise NotImplementedError("test drafter")
+
+    def propose(self, seq, budget):
+        self.asked += 1
+        time.sleep(0.002)
+        return Draft(torch.tensor([V] * 3), None)  # a token id the target never picks
+
+
+def test_the_engine_stops_asking_a_drafter_whose_drafting_costs_more_than_it_gains():
+    slow = Slow()
+    plain_step = StepCost((1, 2), (0.001, 0.0011))  # 1 ms a step, 0.1 ms a row
+    result = generate(MockTarget(vocab=V + 1, layers=2, max_length=256, seed=1), slow, [1, 2, 3],
+                      GenerationConfig(100), DraftLimit(3, 3), cost=plain_step)
+    assert result.stats.accepted == 0 and result.stats.target_forwards == 100
+    assert slow.asked < 25  # paused after each failing probe, ever longer
+
+
+def test_drafting_that_pays_is_never_paused():
+    from specdecode.core.budget import DraftGate
+    from specdecode.drafters.plain import NoDrafter
+
+    target = MockTarget(vocab=V, layers=2, max_length=256, seed=1)
+    prompt = [4, 5, 6, 7]
+    truth = prompt + generate(target, NoDrafter(), prompt, GenerationConfig(40), None).token_ids
+
+    class Right(Drafter):
+        """Proposes the plain greedy continuation: every draft is accepted."""
+
+        @classmethod
+        def create(cls, model, options):
+            raise NotImplementedError("test drafter")
+
+        def propose(self, seq, budget):
+            n = seq.length
+            return Draft(torch.tensor(truth[n : n + 3]), None)
+
+    class Recording(DraftGate):
+        def open(self) -> bool:
+            opened.append(super().open())
+            return opened[-1]
+
+    opened: list[bool] = []
+    result = generate(target, Right(), prompt, GenerationConfig(40),
+                      DraftLimit(3, 3, gate=Recording()), cost=StepCost((1, 2), (0.01, 0.0101)))
+    assert result.token_ids == truth[len(prompt):]
+    assert result.stats.accepted > 0 and len(opened) > 5 and all(opened)

@@ -12,6 +12,12 @@ the measured curve (`core.cost.StepCost`). For one sequence this is today's spec
 joins while its chance pays for its row. With many sequences each row is shared by more tokens, so
 the same chance pays for less: speculation shrinks as the batch grows, down to none. A draft
 without chances is scored whole.
+
+What drafting itself costs (a learned head's forwards) is spent before the rows are chosen, so
+each sequence also has a `DraftGate`: it measures what its drafting gained (accepted tokens, in
+plain steps' time) against what it cost (the drafter's time and the extra rows), and when that
+does not pay, it stops proposing for a while and tries again later: never much slower than plain
+decoding.
 """
 
 from __future__ import annotations
@@ -37,6 +43,15 @@ class DraftBudget:
 
     nodes: int
     depth: int
+
+
+def step_gain(cost: StepCost, accepted: int, nodes: int, context: int,
+              draft_seconds: float) -> float:
+    """Seconds a drafted step of one sequence saved against plain decoding: its accepted tokens
+    at a plain step's cost, less the drafting and the rows of its `nodes` nodes."""
+    plain = cost.step(1, context)
+    rows = cost.step(1 + nodes, (1 + nodes) * context) - plain
+    return accepted * plain - draft_seconds - rows
 
 
 def allocate(cost: StepCost, drafts: Sequence[tuple[torch.Tensor | None, int, int]],
@@ -72,3 +87,39 @@ def allocate(cost: StepCost, drafts: Sequence[tuple[torch.Tensor | None, int, in
     for j, b in enumerate(owners):
         counts[b] = best_taken[j]
     return counts
+
+
+# the gate's memory of earlier steps (weight of the newest), the drafted steps it judges by before
+# it may pause, and its pauses, in steps
+GATE_WEIGHT, GATE_STEPS, MIN_PAUSE, MAX_PAUSE = 0.2, 4, 8, 256
+
+
+@dataclass
+class DraftGate:
+    """One sequence's measure of whether its drafting pays: a moving average of each drafted
+    step's gain, (accepted tokens) x (a plain step's seconds) - (drafting seconds) - (the extra
+    rows' seconds), over the drafted steps since it last opened. Below zero after at least
+    GATE_STEPS of them, drafting pauses for `MIN_PAUSE` steps, doubling (up to `MAX_PAUSE`) while
+    the steps after a pause keep failing; steps that pay reset the pause."""
+
+    gain: float = 0.0  # seconds a drafted step saved, moving average
+    judged: int = 0  # drafted steps since the gate last opened
+    paused: int = 0  # steps left without drafting
+    pause: int = MIN_PAUSE  # the next pause's length
+
+    def open(self) -> bool:
+        """Whether this step may draft (counts a paused step off)."""
+        if self.paused:
+            self.paused -= 1
+            return False
+        return True
+
+    def observe(self, gain: float) -> None:
+        """A drafted step's gain in seconds (negative: it cost more than it saved)."""
+        self.gain = gain if not self.judged else (1 - GATE_WEIGHT) * self.gain + GATE_WEIGHT * gain
+        self.judged += 1
+        if self.gain >= 0:
+            self.pause = MIN_PAUSE
+        elif self.judged >= GATE_STEPS:
+            self.paused, self.pause = self.pause, min(2 * self.pause, MAX_PAUSE)
+            self.judged = 0  # after the pause it is judged afresh

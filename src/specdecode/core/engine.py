@@ -23,7 +23,7 @@ from ..drafters.base import EMPTY_DRAFT, Draft, Drafter
 from ..errors import InvalidParameterError, PromptTooLongError
 from ..kernels import ROW_INVARIANT_ROWS
 from ..models.target import Target
-from .budget import allocate
+from .budget import allocate, step_gain
 from .cost import StepCost
 from .detokenize import IncrementalText
 from .metrics import RunStats
@@ -135,19 +135,22 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
     hiddens = hiddens[: len(planned)]
     logits = target.logits(torch.cat(hiddens)).split([h.shape[0] for h in hiddens])
     forward_seconds = clock() - t1
-    return [_commit(p, h, lg, forward_seconds, target.max_length, eos_token_ids)
+    return [_commit(p, h, lg, forward_seconds, target.max_length, eos_token_ids, cost)
             for p, h, lg in zip(planned, hiddens, logits)]
 
 
 def _propose(target: Target, drafter: Drafter, seq: Sequence) -> Draft:
     left = min(seq.config.max_new_tokens - seq.stats.new_tokens, target.max_length - seq.length)
     budget = seq.limit.budget(left - 1) if seq.limit else None  # room for the bonus token
-    return drafter.propose(seq, budget) if budget and budget.nodes > 0 else EMPTY_DRAFT
+    if not budget or budget.nodes == 0 or not seq.limit.gate.open():
+        return EMPTY_DRAFT
+    return drafter.propose(seq, budget)
 
 
 def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_seconds: float,
-            max_length: int, eos_token_ids: frozenset[int]) -> Chunk:
-    """Verify one sequence's rows (hidden, logits: [N + 1, H], [N + 1, V]) and commit."""
+            max_length: int, eos_token_ids: frozenset[int], cost: StepCost | None) -> Chunk:
+    """Verify one sequence's rows (hidden, logits: [N + 1, H], [N + 1, V]) and commit; tell the
+    sequence's gate what a drafted step gained (by `cost`)."""
     drafter, seq, draft, stats, n = p.drafter, p.seq, p.draft, p.seq.stats, p.seq.length
     t2 = time.perf_counter()
     tree = draft.tree
@@ -169,6 +172,9 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
                                logits[rows])
     if seq.limit:
         seq.limit.update(tree.depth, verdict.accepted)  # all accepted: the deepest level
+        if cost is not None and len(tree):
+            seq.limit.gate.observe(step_gain(cost, verdict.accepted, len(tree), n,
+                                             p.draft_seconds))
     new = tree.path_tokens(list(verdict.path)) + [verdict.token]
     confirmed = len(new)
     for i, token in enumerate(new):

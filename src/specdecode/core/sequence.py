@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..errors import InvalidParameterError
-from .budget import MAX_DRAFT_NODES, DraftBudget
+from .budget import MAX_DRAFT_NODES, DraftBudget, DraftGate
 from .detokenize import IncrementalText
 from .metrics import RunStats
 from .sampling import SamplingParams
@@ -42,12 +42,13 @@ class DraftLimit:
 
     Adaptive (as transformers' assisted generation, on the depth): the depth cap moves +2 after a
     draft accepted to its deepest level (a whole chain, or one full branch of a tree) and -1 after
-    a rejection, always within [1, max_depth]."""
+    a rejection, always within [1, max_depth]. Whether to draft at all is the gate's call."""
 
     nodes: int
     depth: int
     adaptive: bool = False
     max_depth: int = ADAPTIVE_MAX_DEPTH
+    gate: DraftGate = field(default_factory=DraftGate)  # whether drafting pays (`budget`)
 
     def __post_init__(self) -> None:
         if not (1 <= self.nodes <= MAX_DRAFT_NODES and self.depth >= 1):
