@@ -152,3 +152,24 @@ def test_drafting_that_pays_is_never_paused():
                       DraftLimit(3, 3, gate=Recording()), cost=StepCost((1, 2), (0.01, 0.0101)))
     assert result.token_ids == truth[len(prompt):]
     assert result.stats.accepted > 0 and len(opened) > 5 and all(opened)
+
+
+def test_the_price_of_a_first_draft_row_grows_with_the_batch():
+    from specdecode.core.budget import min_chance
+
+    cost = StepCost.linear(0.1)
+    prices = [min_chance(cost, b, 64 * b, b, 64) for b in (1, 2, 4, 8, 16)]
+    assert prices[0] == pytest.approx(0.1)
+    assert prices[3] == pytest.approx(8 * 0.1 / 1.7)
+    assert prices == sorted(prices)
+
+
+def test_no_node_below_the_first_rows_price_is_kept_on_a_linear_curve():
+    from specdecode.core.budget import min_chance
+
+    cost = StepCost.linear(0.08)
+    drafts = [(torch.tensor([0.9, 0.6, 0.45, 0.3, 0.2, 0.1]), 6, 64) for _ in range(8)]
+    price = min_chance(cost, 8, 8 * 64, 8, 64)
+    counts = allocate(cost, drafts)
+    kept = [c for (chances, _, _), n in zip(drafts, counts) for c in chances[:n].tolist()]
+    assert kept and min(kept) >= price

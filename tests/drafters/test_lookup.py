@@ -13,7 +13,7 @@ from specdecode.core.cost import StepCost
 from specdecode.core.engine import generate
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters import make_options
-from specdecode.drafters.lookup import MatchEvidence, PromptLookup, find_continuation
+from specdecode.drafters.lookup import MatchEvidence, NgramIndex, PromptLookup
 from specdecode.drafters.plain import NoDrafter
 from specdecode.errors import InvalidParameterError
 
@@ -27,26 +27,49 @@ def t(*ids: int) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def test_find_continuation_proposes_tokens_after_the_most_recent_match():
-    context = t(1, 2, 3, 9, 1, 2, 4, 5, 1, 2)
-    assert find_continuation(context, 2, 3).tolist() == [4, 5, 1]  # latest "1 2" is at index 4
-    assert find_continuation(context, 1, 2).tolist() == [4, 5]
+def find_continuation(context: list[int], n: int, k: int) -> list[int]:
+    """The reference: at most k tokens after the most recent earlier match of the last n."""
+    L = len(context)
+    for start in range(L - n - 1, -1, -1):
+        if context[start : start + n] == context[L - n :]:
+            return context[start + n : start + n + k]
+    return []
 
 
-def test_find_continuation_never_matches_the_suffix_itself():
-    assert find_continuation(t(5, 6, 7), 2, 4).tolist() == []
-    assert find_continuation(t(7, 7), 1, 4).tolist() == [7]
+def index_of(*ids: int, n_max: int = 3) -> NgramIndex:
+    index = NgramIndex(n_max)
+    index.extend(t(*ids))
+    return index
 
 
-def test_find_continuation_is_cut_at_k_and_at_the_end_of_context():
-    context = t(1, 2, 3, 4, 5, 1, 2)
-    assert find_continuation(context, 2, 2).tolist() == [3, 4]
-    assert find_continuation(context, 2, 100).tolist() == [3, 4, 5, 1, 2]
+def test_the_index_gives_the_tokens_after_the_most_recent_match():
+    index = index_of(1, 2, 3, 9, 1, 2, 4, 5, 1, 2)
+    assert index.continuation(2, 3) == [4, 5, 1]  # the latest "1 2" before the last is at 4
+    assert index.continuation(1, 2) == [4, 5]
 
 
-def test_find_continuation_with_context_not_longer_than_n_is_empty():
-    assert find_continuation(t(1, 2), 2, 3).numel() == 0
-    assert find_continuation(t(1), 1, 3).numel() == 0
+def test_the_index_never_matches_the_suffix_itself():
+    assert index_of(5, 6, 7).continuation(2, 4) == []
+    assert index_of(7, 7).continuation(1, 4) == [7]
+    assert index_of(1, 2).continuation(2, 3) == [] and index_of(1).continuation(1, 3) == []
+
+
+def test_the_index_is_cut_at_k_and_at_the_end_of_context():
+    index = index_of(1, 2, 3, 4, 5, 1, 2)
+    assert index.continuation(2, 2) == [3, 4] and index.continuation(2, 100) == [3, 4, 5, 1, 2]
+
+
+def test_the_index_grown_step_by_step_agrees_with_a_scan_of_the_whole_context():
+    import random
+
+    rng = random.Random(0)
+    context = [rng.randrange(4) for _ in range(5)]
+    index = NgramIndex(4)
+    for _ in range(200):
+        context += [rng.randrange(4) for _ in range(rng.randint(1, 3))]
+        index.extend(torch.tensor(context))
+        for n in range(1, 5):
+            assert index.continuation(n, 6) == find_continuation(context, n, 6)
 
 
 def test_prompt_lookup_prefers_the_longest_ngram():
@@ -93,6 +116,12 @@ def test_before_any_verdict_the_chances_are_the_priors():
     assert draft.chances.tolist() == [0.5, 0.25, 0.125, 0.0625]
 
 
+def test_tokens_below_the_steps_price_are_not_proposed():
+    draft = PromptLookup(3, 1).propose(on(THREE_GRAM), DraftBudget(6, 6, min_chance=0.2))
+    assert draft.tokens.tolist() == [10, 11] and draft.chances.tolist() == [0.5, 0.25]
+    assert not len(PromptLookup(3, 1).propose(on(THREE_GRAM), DraftBudget(6, 6, min_chance=0.6)))
+
+
 def test_costly_rows_score_only_tokens_that_pay_for_their_rows():
     sizes = {cost: len(scored(PromptLookup(3, 1), on(THREE_GRAM), DraftBudget(6, 6), cost))
              for cost in (0.0, 0.1, 0.3, 0.6)}
@@ -114,7 +143,7 @@ def test_accepted_drafts_lengthen_later_drafts_and_rejected_ones_shorten_them():
 
 
 def test_match_evidence_counts_only_the_positions_the_verifier_looked_at():
-    evidence = MatchEvidence()
+    evidence = MatchEvidence(NgramIndex(3))
     evidence.pending = 3
     evidence.record(4, 1)  # token 1 accepted, token 2 rejected: tokens 3 and 4 never judged
     assert evidence.reached[3] == [1, 1] and evidence.accepted[3] == [1, 0]

@@ -39,10 +39,13 @@ MAX_DRAFT_NODES = ROW_INVARIANT_ROWS - 1
 @dataclass(frozen=True)
 class DraftBudget:
     """The most a drafter may propose for one step: `nodes` draft tokens in all, on paths of at
-    most `depth` (a chain: min(nodes, depth) tokens). Zero nodes: plain decoding."""
+    most `depth` (a chain: min(nodes, depth) tokens). Zero nodes: plain decoding. `min_chance`:
+    the step will not score a node whose chance is below it (what the first draft row would have
+    to bring to pay for itself), so a drafter may stop there."""
 
     nodes: int
     depth: int
+    min_chance: float = 0.0
 
 
 def step_gain(cost: StepCost, accepted: int, nodes: int, context: int,
@@ -52,6 +55,16 @@ def step_gain(cost: StepCost, accepted: int, nodes: int, context: int,
     plain = cost.step(1, context)
     rows = cost.step(1 + nodes, (1 + nodes) * context) - plain
     return accepted * plain - draft_seconds - rows
+
+
+def min_chance(cost: StepCost, rows: int, cached: int, tokens: int, context: int) -> float:
+    """The chance a first draft node must have to pay for its row, in a step of `rows` rows
+    attending to `cached` tokens in all that confirms `tokens` without drafts, for a sequence of
+    `context` tokens: tokens x (what the row adds) / (the step). Where each further row costs as
+    much as the first (the measured curve past its first few rows), `allocate` keeps no node
+    below it: every kept node raises the step's tokens per second, and with it the bar."""
+    step = cost.step(rows, cached)
+    return tokens * (cost.step(rows + 1, cached + context) - step) / step
 
 
 def allocate(cost: StepCost, drafts: Sequence[tuple[torch.Tensor | None, int, int]],

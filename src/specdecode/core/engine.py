@@ -23,7 +23,7 @@ from ..drafters.base import EMPTY_DRAFT, Draft, Drafter
 from ..errors import InvalidParameterError, PromptTooLongError
 from ..kernels import ROW_INVARIANT_ROWS
 from ..models.target import Target
-from .budget import allocate, step_gain
+from .budget import allocate, min_chance, step_gain
 from .cost import StepCost
 from .detokenize import IncrementalText
 from .metrics import RunStats
@@ -111,22 +111,28 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
     same as stepped alone: the target computes a row the same way whatever else the forward
     holds."""
     clock = time.perf_counter
-    planned = []
-    for drafter, seq in work:  # 1 propose
-        t0 = clock()
-        planned.append(_Planned(drafter, seq, _propose(target, drafter, seq), clock() - t0))
     chunks = [(seq.cache, seq.tokens[seq.cache.length : seq.cache.length + n])
               for _, seq, n in prefill]
+    prefill_rows = sum(len(tokens) for _, tokens in chunks)
+    prefill_cached = sum(len(tokens) * cache.length for cache, tokens in chunks)
+    rows, cached = len(work) + prefill_rows, prefill_cached + sum(s.length for _, s in work)
+    planned = []
+    for drafter, seq in work:  # 1 propose, each draft within what the step could score
+        t0 = clock()
+        price = (0.0 if cost is None else
+                 min_chance(cost, rows, cached, len(work), seq.length) if jointly else
+                 min_chance(cost, 1, seq.length, 1, seq.length))
+        planned.append(_Planned(drafter, seq, _propose(target, drafter, seq, price),
+                                clock() - t0))
     if cost is not None:
         drafts = [(p.draft.chances, len(p.draft), p.seq.length) for p in planned]
-        counts = (allocate(cost, drafts, sum(len(rows) for _, rows in chunks),
-                           sum(len(rows) * cache.length for cache, rows in chunks)) if jointly
+        counts = (allocate(cost, drafts, prefill_rows, prefill_cached) if jointly
                   else [n for draft in drafts for n in allocate(cost, [draft])])
         for p, n in zip(planned, counts):
             p.draft = p.draft.best(n)
     t1 = clock()  # 2 score every pending token and draft (and prompt chunk) in one forward
     hiddens = target.hidden_batch([(p.seq.cache, p.rows, p.draft.tree) for p in planned]
-                                  + [(cache, rows, None) for cache, rows in chunks])
+                                  + [(cache, tokens, None) for cache, tokens in chunks])
     for (drafter, seq, _), hidden in zip(prefill, hiddens[len(planned):]):
         if drafter.uses_features:
             drafter.observe_features(seq, hidden)
@@ -139,9 +145,9 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
             for p, h, lg in zip(planned, hiddens, logits)]
 
 
-def _propose(target: Target, drafter: Drafter, seq: Sequence) -> Draft:
+def _propose(target: Target, drafter: Drafter, seq: Sequence, price: float) -> Draft:
     left = min(seq.config.max_new_tokens - seq.stats.new_tokens, target.max_length - seq.length)
-    budget = seq.limit.budget(left - 1) if seq.limit else None  # room for the bonus token
+    budget = seq.limit.budget(left - 1, price) if seq.limit else None  # room for the bonus token
     if not budget or budget.nodes == 0 or not seq.limit.gate.open():
         return EMPTY_DRAFT
     return drafter.propose(seq, budget)

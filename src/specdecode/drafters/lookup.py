@@ -14,26 +14,43 @@ from ..errors import InvalidParameterError
 from .base import EMPTY_DRAFT, Draft, Drafter, option, register
 
 
-def find_continuation(context: torch.Tensor, n: int, k: int) -> torch.Tensor:
-    """Tokens following the most recent earlier match of context[-n:], at most k of them.
+class NgramIndex:
+    """Where each n-gram (n = 1..n_max) of a growing token sequence last started, so that what
+    followed the latest earlier occurrence of its last n tokens is found in O(n + k) per step
+    (a scan of the whole context with tensor ops cost ~0.2 ms a step, most of a drafting
+    sequence's Python time in a busy batch). The sequence only grows: `extend` is told the whole
+    context each time and takes what is new."""
 
-    context: [L] int64 -> [<= k] int64 (empty when there is no match)."""
-    L = context.shape[0]
-    if L <= n:
-        return context[:0]
-    windows = context[: L - 1].unfold(0, n, 1)  # [L - n, n]; excludes the suffix matching itself
-    hits = (windows == context[L - n :]).all(dim=1).nonzero()
-    if not hits.numel():
-        return context[:0]
-    start = int(hits[-1, 0]) + n
-    return context[start : start + k]
+    def __init__(self, n_max: int) -> None:
+        self.n_max = n_max
+        self.tokens: list[int] = []
+        self.latest: dict[tuple[int, ...], int] = {}  # n-grams that end before the last token
+
+    def extend(self, context: torch.Tensor) -> None:
+        """context: [L] int64, the sequence so far (what was seen, then new tokens)."""
+        seen = len(self.tokens)
+        self.tokens += context[seen:].tolist()
+        tokens = self.tokens
+        # the old last token and the new ones but the last now end n-grams that may be matched
+        for end in range(max(seen - 1, 0), len(tokens) - 1):
+            for n in range(1, min(self.n_max, end + 1) + 1):
+                self.latest[tuple(tokens[end - n + 1 : end + 1])] = end - n + 1
+
+    def continuation(self, n: int, k: int) -> list[int]:
+        """At most k tokens after the latest earlier occurrence of the last n tokens ([] when
+        there is none)."""
+        if len(self.tokens) <= n:
+            return []
+        start = self.latest.get(tuple(self.tokens[-n:]))
+        return [] if start is None else self.tokens[start + n : start + n + k]
 
 
 @dataclass
 class MatchEvidence:
-    """Per sequence, per n-gram length n: how often draft position j was reached (the j - 1
-    tokens before it accepted) and how often it was accepted then."""
+    """Per sequence: its n-gram index, and per n-gram length n how often draft position j was
+    reached (the j - 1 tokens before it accepted) and how often it was accepted then."""
 
+    index: NgramIndex
     reached: dict[int, list[int]] = field(default_factory=dict)
     accepted: dict[int, list[int]] = field(default_factory=dict)
     pending: int = 0  # n of the draft awaiting its verdict
@@ -98,18 +115,23 @@ class PromptLookup(Drafter):
         return cls(options.ngram_max, options.ngram_min)
 
     def start(self, seq) -> None:
-        seq.drafter_state = MatchEvidence()
+        seq.drafter_state = MatchEvidence(NgramIndex(self.ngram_max))
 
     def propose(self, seq, budget: DraftBudget) -> Draft:
         if seq.drafter_state is None:
             self.start(seq)
-        evidence, context = seq.drafter_state, seq.context
+        evidence = seq.drafter_state
+        evidence.index.extend(seq.context)
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
-            tokens = find_continuation(context, n, min(budget.nodes, budget.depth))
-            if tokens.numel():
+            tokens = evidence.index.continuation(n, min(budget.nodes, budget.depth))
+            if tokens:
+                # the step would not score a token whose chance is below its price: stop there
+                chances = [c for c in evidence.chances(n, len(tokens)) if c >= budget.min_chance]
+                if not chances:
+                    return EMPTY_DRAFT
                 evidence.pending = n
-                chances = torch.tensor(evidence.chances(n, len(tokens)))
-                return Draft(tokens, None, chances=chances)
+                return Draft(torch.tensor(tokens[: len(chances)]), None,
+                             chances=torch.tensor(chances))
         return EMPTY_DRAFT
 
     def observe(self, seq, scored: int, accepted: int) -> None:

@@ -217,6 +217,8 @@ class SuffixTree(Drafter):
         self._push(frontier, order, state, tail, 1.0, ROOT)
         while frontier and len(tokens) < budget.nodes:  # best first: chances never increase
             neg_chance, _, parent, token, cls, suffix = heapq.heappop(frontier)
+            if -neg_chance < budget.min_chance:
+                break  # this and every later node is below what the step would score
             node = len(tokens)
             tokens.append(token)
             parents.append(parent)
