@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from ..drafters import option_fields
+from ..errors import InvalidParameterError
 from ..models import LoadedModel, load_model
 from ..spec import DecodingSpec, check_options, resolve
 
@@ -64,6 +65,17 @@ def resolve_args(args: argparse.Namespace, model: LoadedModel, method: str | Non
     return resolve(model, method or getattr(args, "method", None),
                    max_draft_nodes=args.max_draft_nodes, max_draft_depth=args.max_draft_depth,
                    adaptive=args.adaptive, options={**drafter_values(args), **overrides})
+
+
+def positive_ints(text: str, flag: str) -> list[int]:
+    """'1,4,2' -> [1, 2, 4]; a one-line error naming `flag` for anything else."""
+    try:
+        values = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise InvalidParameterError(f"{flag} takes comma-separated integers, got {text!r}")
+    if not values or values[0] < 1:
+        raise InvalidParameterError(f"{flag} values must be >= 1, got {text!r}")
+    return values
 
 
 def print_json(obj) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import InvalidParameterError, SpecDecodeError
+from ..options import positive_ints
 from .run import machine_info
 from .specbench import load_questions, select
 
@@ -54,16 +55,6 @@ class Timing:
     @property
     def inter_token(self) -> float | None:
         return (self.last - self.first) / (self.tokens - 1) if self.tokens > 1 else None
-
-
-def parse_levels(text: str) -> list[int]:
-    try:
-        levels = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise InvalidParameterError(f"--load takes comma-separated integers, got {text!r}")
-    if not levels or levels[0] < 1:
-        raise InvalidParameterError(f"--load values must be >= 1, got {text!r}")
-    return levels
 
 
 async def _stream(client, body: dict) -> Timing:
@@ -180,7 +171,7 @@ def run_load(args) -> int:
     load.png to --out."""
     from tqdm import tqdm
 
-    levels = parse_levels(args.load)
+    levels = positive_ints(args.load, "--load")
     modes = [m.strip() for m in (args.load_modes or ",".join(MODES)).split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown:

@@ -21,7 +21,7 @@ from ...errors import InvalidParameterError, SpecDecodeError
 from ...models import LoadedModel, load_model
 from ...models.loader import gguf_file
 from ...pipeline import SpecDecoder
-from ..options import check_args, drafter_values, load, resolve_args
+from ..options import check_args, drafter_values, load, positive_ints, resolve_args
 from . import llamacpp
 from .audit import greedy_audit
 from .records import Record, RecordStore
@@ -44,7 +44,7 @@ def run_bench(args: argparse.Namespace) -> int:
                                     "draft from its own earlier run")
     if args.temperature < 0:
         raise InvalidParameterError(f"--temperature must be >= 0, got {args.temperature}")
-    sweep = _parse_sweep(args.sweep_depth)
+    sweep = positive_ints(args.sweep_depth, "--sweep-depth") if args.sweep_depth else []
     methods = [m.strip() for m in (args.methods or default_methods()).split(",") if m.strip()]
     unknown = [m for m in methods if m not in DRAFTERS and m not in PEERS]
     if unknown:
@@ -187,18 +187,6 @@ def run_bench(args: argparse.Namespace) -> int:
                                title)
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
-
-
-def _parse_sweep(text: str | None) -> list[int]:
-    if not text:
-        return []
-    try:
-        depths = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise InvalidParameterError(f"--sweep-depth takes comma-separated integers, got {text!r}")
-    if not depths or depths[0] < 1:
-        raise InvalidParameterError(f"--sweep-depth values must be >= 1, got {text!r}")
-    return depths
 
 
 def _describe(label: str, labels: dict, decoders: dict, args) -> str:

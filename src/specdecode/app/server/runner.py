@@ -53,8 +53,14 @@ def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, grace: flo
     def on_signal(signum, frame) -> None:
         server.handle_exit(signum, frame)
 
+    def run_http() -> None:
+        try:
+            server.run()
+        except SystemExit:  # uvicorn exits when it cannot start; reported below, in one line
+            pass
+
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    http = threading.Thread(target=server.run, name="specdecode-http", daemon=True)
+    http = threading.Thread(target=run_http, name="specdecode-http", daemon=True)
     http.start()
     try:
         worker.run(until=lambda: not http.is_alive())
