@@ -112,26 +112,27 @@ class EmulatedLibrary:
         return name if status == 0 else None
 
     def attention(self, qkv, keys, values, capacity, starts, rows, masks, S, layer, cos, sin,
-                  positions, out, H, G, d, threads) -> int:
+                  positions, out, H, G, d, kv_f16, threads) -> int:
         """Ships the layer's part of each cache; the driver runs it as a one-layer cache."""
         def ints(pointer: int) -> list[int]:
             return np.frombuffer(_read(pointer, S, np.int64), np.int64).tolist()
 
         keys, values, capacity, starts, rows, masks = map(
             ints, (keys, values, capacity, starts, rows, masks))
-        layer_bytes = [layer * G * c * d * 4 for c in capacity]
+        kv = np.float16 if kv_f16 else np.float32
+        layer_bytes = [layer * G * c * d * np.dtype(kv).itemsize for c in capacity]
         keys = [k + offset for k, offset in zip(keys, layer_bytes)]
         values = [v + offset for v, offset in zip(values, layer_bytes)]
         T = sum(rows)
         rope_rows = int(np.frombuffer(_read(positions, T, np.int64), np.int64).max()) + 1
         width = (H + 2 * G) * d
-        message = [struct.pack("<i7q", 3, S, H, G, d, threads, rope_rows, T)]
+        message = [struct.pack("<i8q", 3, S, H, G, d, kv_f16, threads, rope_rows, T)]
         for s in range(S):
             message.append(struct.pack("<4q", starts[s], rows[s], capacity[s], masks[s] != 0))
         message.append(_read(qkv, T * width, np.float32))
         for s in range(S):
             cache = G * capacity[s] * d
-            message += [_read(keys[s], cache, np.float32), _read(values[s], cache, np.float32)]
+            message += [_read(keys[s], cache, kv), _read(values[s], cache, kv)]
             if masks[s]:
                 message.append(_read(masks[s], rows[s] * (starts[s] + rows[s]), np.uint8))
         message += [_read(cos, rope_rows * d, np.float32), _read(sin, rope_rows * d, np.float32),
@@ -141,8 +142,8 @@ class EmulatedLibrary:
         self._answer(out, T * H * d)
         self._answer(qkv, T * width)
         for s in range(S):
-            self._answer(keys[s], G * capacity[s] * d)
-            self._answer(values[s], G * capacity[s] * d)
+            self._answer(keys[s], G * capacity[s] * d, kv)
+            self._answer(values[s], G * capacity[s] * d, kv)
         return status
 
     def rms_norm(self, x, w, out, T, H, eps) -> int:

@@ -63,22 +63,24 @@ int main(void) {
             status = found ? 0 : 1;
             put(&status, sizeof status);
             put(name, sizeof name);
-        } else if (op == 3) { /* attention: S H G d threads rope_rows T, then per sequence
+        } else if (op == 3) { /* attention: S H G d kv_f16 threads rope_rows T, then per sequence
                                  start rows capacity has_mask; qkv, per sequence the layer's keys
                                  values [mask], cos sin positions -> out qkv, per sequence keys
                                  values */
-            int64_t S = size(), H = size(), G = size(), d = size(), threads = size();
+            int64_t S = size(), H = size(), G = size(), d = size(), kv_f16 = size();
+            int64_t threads = size();
+            const size_t number = kv_f16 ? 2 : sizeof(float);
             int64_t rope_rows = size(), T = size();
             int64_t *starts = calloc(S + 1, sizeof(int64_t)), *rows = calloc(S + 1, sizeof(int64_t));
             int64_t *capacity = calloc(S + 1, sizeof(int64_t)), *has_mask = calloc(S + 1, sizeof(int64_t));
-            float **keys = calloc(S + 1, sizeof(float *)), **values = calloc(S + 1, sizeof(float *));
+            void **keys = calloc(S + 1, sizeof(void *)), **values = calloc(S + 1, sizeof(void *));
             uint8_t **masks = calloc(S + 1, sizeof(uint8_t *));
             for (int64_t s = 0; s < S; s++)
                 starts[s] = size(), rows[s] = size(), capacity[s] = size(), has_mask[s] = size();
             size_t qkv_bytes = sizeof(float) * T * (H + 2 * G) * d;
             float *qkv = read_array(qkv_bytes);
             for (int64_t s = 0; s < S; s++) {
-                size_t cache_bytes = sizeof(float) * G * capacity[s] * d;
+                size_t cache_bytes = number * G * capacity[s] * d;
                 keys[s] = read_array(cache_bytes), values[s] = read_array(cache_bytes);
                 masks[s] = has_mask[s] ? read_array((size_t)(rows[s] * (starts[s] + rows[s])))
                                        : NULL;
@@ -89,13 +91,13 @@ int main(void) {
             float *out = calloc(T * H * d + 1, sizeof(float));
             status = attention(qkv, keys, values, capacity, starts, rows,
                                (const uint8_t *const *)masks, S, 0, cos, sin, positions, out, H,
-                               G, d, threads);
+                               G, d, (int)kv_f16, threads);
             put(&status, sizeof status);
             put(out, sizeof(float) * T * H * d);
             put(qkv, qkv_bytes);
             for (int64_t s = 0; s < S; s++) {
-                put(keys[s], sizeof(float) * G * capacity[s] * d);
-                put(values[s], sizeof(float) * G * capacity[s] * d);
+                put(keys[s], number * G * capacity[s] * d);
+                put(values[s], number * G * capacity[s] * d);
                 free(keys[s]), free(values[s]), free(masks[s]);
             }
             free(qkv), free(cos), free(sin), free(positions), free(out);

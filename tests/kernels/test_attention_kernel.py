@@ -1,5 +1,6 @@
-"""`Kernels.attention` on every kernel path: rotary, cache write and attention against torch, tree
-masks, and a row's result bitwise independent of the rows that share its call."""
+"""`Kernels.attention` on every kernel path and both cache dtypes (fp32, fp16): rotary, cache write
+and attention against torch, tree masks, and a row's result bitwise independent of the rows that
+share its call."""
 
 import pytest
 import torch
@@ -13,11 +14,16 @@ TREE = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dt
 # a root and three nodes: 1 and 2 children of the root, 3 a child of 1
 
 
-def _case(T: int, seed: int):
+@pytest.fixture(params=[torch.float32, torch.float16], ids=["fp32-cache", "fp16-cache"])
+def kv(request) -> torch.dtype:
+    return request.param
+
+
+def _case(T: int, seed: int, kv: torch.dtype):
     gen = torch.Generator().manual_seed(seed)
     qkv = torch.randn(T, (H + 2 * G) * D, generator=gen)
-    keys = torch.randn(G, CAPACITY, D, generator=gen)  # positions >= start are stale garbage
-    values = torch.randn(G, CAPACITY, D, generator=gen)
+    keys = torch.randn(G, CAPACITY, D, generator=gen).to(kv)  # past start: stale garbage
+    values = torch.randn(G, CAPACITY, D, generator=gen).to(kv)
     inv_freq = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
     cos, sin = tables(inv_freq, 1.0, CAPACITY)
     return qkv, keys, values, cos, sin
@@ -45,7 +51,7 @@ def together(kernel_path, qkv, caches, cos, sin, positions):
 
 
 def _reference(qkv, keys, values, cos, sin, positions, mask, start):
-    """torch: rotate, write the cache, scaled_dot_product_attention."""
+    """torch: rotate, write the cache (rounding to its dtype), scaled_dot_product_attention."""
     T = qkv.shape[0]
     heads = qkv.view(T, -1, D).transpose(0, 1)
     qk = rotate(heads[: H + G], cos[positions], sin[positions])
@@ -53,16 +59,16 @@ def _reference(qkv, keys, values, cos, sin, positions, mask, start):
     keys[:, start : start + T], values[:, start : start + T] = qk[H:], heads[H + G :]
     if mask is None:
         mask = torch.arange(start + T)[None, :] <= torch.arange(start, start + T)[:, None]
-    o = F.scaled_dot_product_attention(qk[:H][None], keys[None, :, : start + T],
-                                       values[None, :, : start + T], attn_mask=mask,
+    o = F.scaled_dot_product_attention(qk[:H][None], keys[None, :, : start + T].float(),
+                                       values[None, :, : start + T].float(), attn_mask=mask,
                                        enable_gqa=True)[0]
     return o.transpose(0, 1).reshape(T, H * D), keys, values
 
 
 @pytest.mark.parametrize("T, start", [(1, 0), (1, 20), (5, 0), (8, 17), (20, 3),
                                       (ROW_INVARIANT_ROWS + 3, 10)])  # the last: a long prefill
-def test_attention_kernel_equals_rotary_cache_write_and_sdpa_causal(kernel_path, T, start):
-    qkv, keys, values, cos, sin = _case(T, seed=T * 100 + start)
+def test_attention_kernel_equals_rotary_cache_write_and_sdpa_causal(kernel_path, T, start, kv):
+    qkv, keys, values, cos, sin = _case(T, seed=T * 100 + start, kv=kv)
     positions = torch.arange(start, start + T)
     want, want_keys, want_values = _reference(qkv, keys, values, cos, sin, positions, None, start)
     got = attend(kernel_path, qkv, keys, values, cos, sin, positions, None, start)
@@ -71,9 +77,9 @@ def test_attention_kernel_equals_rotary_cache_write_and_sdpa_causal(kernel_path,
     assert torch.equal(values, want_values)
 
 
-def test_attention_kernel_follows_a_tree_mask_and_its_positions(kernel_path):
+def test_attention_kernel_follows_a_tree_mask_and_its_positions(kernel_path, kv):
     T, start = 4, 10
-    qkv, keys, values, cos, sin = _case(T, seed=7)
+    qkv, keys, values, cos, sin = _case(T, seed=7, kv=kv)
     positions = torch.tensor([10, 11, 11, 12])
     mask = torch.ones(T, start + T, dtype=torch.bool)
     mask[:, start:] = TREE
@@ -82,9 +88,9 @@ def test_attention_kernel_follows_a_tree_mask_and_its_positions(kernel_path):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_tree_node_computes_bitwise_what_its_path_computes_as_a_chain(kernel_path):
+def test_a_tree_node_computes_bitwise_what_its_path_computes_as_a_chain(kernel_path, kv):
     start = 10
-    qkv, keys, values, cos, sin = _case(4, seed=8)
+    qkv, keys, values, cos, sin = _case(4, seed=8, kv=kv)
     mask = torch.ones(4, start + 4, dtype=torch.bool)
     mask[:, start:] = TREE
     tree = attend(kernel_path, qkv.clone(), keys.clone(), values.clone(), cos, sin,
@@ -95,9 +101,9 @@ def test_a_tree_node_computes_bitwise_what_its_path_computes_as_a_chain(kernel_p
     assert torch.equal(tree[path], chain)
 
 
-def test_a_rows_attention_is_bitwise_the_same_scored_alone_or_with_later_rows(kernel_path):
+def test_a_rows_attention_is_bitwise_the_same_scored_alone_or_with_later_rows(kernel_path, kv):
     T, start = 6, 12
-    qkv, keys, values, cos, sin = _case(T, seed=3)
+    qkv, keys, values, cos, sin = _case(T, seed=3, kv=kv)
     together = attend(kernel_path, qkv.clone(), keys.clone(), values.clone(), cos, sin,
                                      torch.arange(start, start + T), None, start)
     for t in range(T):  # rows 0..t-1 first, then row t on its own
@@ -110,11 +116,11 @@ def test_a_rows_attention_is_bitwise_the_same_scored_alone_or_with_later_rows(ke
         assert torch.equal(alone[0], together[t])
 
 
-def test_several_sequences_in_one_call_each_get_what_they_get_alone(kernel_path):
+def test_several_sequences_in_one_call_each_get_what_they_get_alone(kernel_path, kv):
     """Three sequences (a causal step of 3 rows, one row, a tree) with their own caches and
     starts in one call: each sequence's rows, cache writes included, are bitwise those of its own
     call."""
-    cases = [_case(3, seed=11), _case(1, seed=12), _case(4, seed=13)]
+    cases = [_case(3, seed=11, kv=kv), _case(1, seed=12, kv=kv), _case(4, seed=13, kv=kv)]
     starts = [5, 40, 10]
     mask = torch.ones(4, 14, dtype=torch.bool)
     mask[:, 10:] = TREE
@@ -133,9 +139,10 @@ def test_several_sequences_in_one_call_each_get_what_they_get_alone(kernel_path)
         assert torch.equal(c.keys, k) and torch.equal(c.values, v)
 
 
-def test_a_long_prefill_and_a_step_in_one_call_each_get_what_they_get_alone(kernel_path):
+def test_a_long_prefill_and_a_step_in_one_call_each_get_what_they_get_alone(kernel_path, kv):
     T = ROW_INVARIANT_ROWS + 6
-    (qkv, keys, values, cos, sin), (qkv2, keys2, values2, _, _) = _case(T, 21), _case(2, 22)
+    (qkv, keys, values, cos, sin) = _case(T, 21, kv=kv)
+    qkv2, keys2, values2, _, _ = _case(2, 22, kv=kv)
     k, v, k2, v2 = keys.clone(), values.clone(), keys2.clone(), values2.clone()
     long = attend(kernel_path, qkv.clone(), k, v, cos, sin, torch.arange(T), None, 0)
     step = attend(kernel_path, qkv2.clone(), k2, v2, cos, sin, torch.arange(7, 9), None, 7)
@@ -144,3 +151,23 @@ def test_a_long_prefill_and_a_step_in_one_call_each_get_what_they_get_alone(kern
                     torch.cat([torch.arange(7, 9), torch.arange(T)]))
     assert torch.equal(both, torch.cat([step, long]))
     assert torch.equal(keys, k) and torch.equal(keys2, k2)
+
+
+def test_an_fp16_cache_holds_each_value_rounded_to_nearest_even_as_torch_rounds_it(kernel_path):
+    """v is written unrotated: the cache must hold torch's fp16 rounding of each value, ties,
+    subnormals, overflow and signed zeros included (the torch path writes the cache that way)."""
+    edge = torch.tensor([0.0, -0.0, 1.0, 65504.0, 65519.0, 65520.0, -70000.0, float("inf"),
+                         2.0 ** -14, 2.0 ** -24, 2.0 ** -25, 1.5 * 2.0 ** -25, 2.0 ** -26,
+                         1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 3 * 2.0 ** -25, 1e-5, -3.3e-6])
+    gen = torch.Generator().manual_seed(5)
+    spread = torch.randn(4096, generator=gen) * torch.exp2(torch.randint(-30, 17, (4096,),
+                                                                         generator=gen).float())
+    numbers = torch.cat([edge, spread])
+    T = -(-numbers.numel() // (G * D))
+    qkv, keys, values, cos, sin = _case(T, seed=9, kv=torch.float16)
+    v = torch.zeros(T * G * D)
+    v[: numbers.numel()] = numbers
+    qkv.view(T, -1, D)[:, H + G :] = v.view(T, G, D)
+    attend(kernel_path, qkv, keys, values, cos, sin, torch.arange(T), None, 0)
+    written = values[:, :T].transpose(0, 1).reshape(-1)[: numbers.numel()]
+    assert torch.equal(written.view(torch.int16), numbers.half().view(torch.int16))

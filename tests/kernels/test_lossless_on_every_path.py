@@ -41,21 +41,23 @@ def _drafters(target: NativeLlama, model) -> dict:
     }
 
 
+@pytest.mark.parametrize("kv", [torch.float32, torch.float16], ids=["fp32-cache", "fp16-cache"])
 @pytest.mark.parametrize("method", ["lookup", "eagle", "medusa"])
 def test_greedy_speculative_output_equals_plain_greedy_output_on_every_path(kernel_path, method,
-                                                                           tiny_llama):
+                                                                           kv, tiny_llama):
     model = tiny_llama(21, vocab=V, layers=2)
     config = GenerationConfig(40, SamplingParams())
-    plain = generate(NativeLlama.from_hf(model, kernels=kernel_path), NoDrafter(), PROMPT, config,
-                     None)
-    target = NativeLlama.from_hf(model, kernels=kernel_path)
+    plain = generate(NativeLlama.from_hf(model, kernels=kernel_path, kv_dtype=kv), NoDrafter(),
+                     PROMPT, config, None)
+    target = NativeLlama.from_hf(model, kernels=kernel_path, kv_dtype=kv)
     drafter, limit = _drafters(target, model)[method]
     result = generate(target, drafter, PROMPT, config, limit)
     assert result.token_ids == plain.token_ids
     assert result.stats.accepted > 0  # verification steps of several rows were kept
 
 
-def test_sixteen_batched_greedy_requests_equal_each_request_alone_on_every_path(kernel_path,
+@pytest.mark.parametrize("kv", [torch.float32, torch.float16], ids=["fp32-cache", "fp16-cache"])
+def test_sixteen_batched_greedy_requests_equal_each_request_alone_on_every_path(kernel_path, kv,
                                                                                 tiny_llama):
     """Mixed prompts and methods (plain, lookup, suffix, eagle, medusa trees) in one batch, the
     draft rows chosen for the whole batch by cost: every request's tokens are those it gets alone
@@ -65,7 +67,7 @@ def test_sixteen_batched_greedy_requests_equal_each_request_alone_on_every_path(
     from specdecode.drafters.suffix import SuffixTree
 
     model = tiny_llama(21, vocab=V, layers=2)
-    target = NativeLlama.from_hf(model, kernels=kernel_path)
+    target = NativeLlama.from_hf(model, kernels=kernel_path, kv_dtype=kv)
     drafters = {name: pair for name, pair in _drafters(target, model).items()}
     drafters["plain"] = (NoDrafter(), None)
     drafters["suffix"] = (SuffixTree(SuffixTree.Options(memory_tokens=0)), DraftLimit(8, 8))

@@ -264,13 +264,15 @@ def test_bf16_weights_keep_activations_fp32_and_logits_close_to_fp32(tiny_llama)
     assert (steps - reference).abs().max() > ATOL  # it does run in bf16
 
 
+@pytest.mark.parametrize("kv", [torch.float32, torch.float16], ids=["fp32-cache", "fp16-cache"])
 def test_a_tokens_logits_are_bitwise_the_same_alone_in_a_step_in_a_tree_and_in_a_prefill(
-        kernel_path, tiny_llama):
-    """The kernels' contract seen from the model, on every path: plain decoding (one token per
-    forward), a verification step (a chain), a tree step and a prompt prefill give the same bits."""
+        kernel_path, kv, tiny_llama):
+    """The kernels' contract seen from the model, on every path and cache dtype: plain decoding
+    (one token per forward), a verification step (a chain), a tree step and a prompt prefill give
+    the same bits."""
     model = tiny_llama(6, vocab=V, layers=2)
     prefix, pending = tokens(9, 6), torch.tensor([7])
-    native = OnCache(NativeLlama.from_hf(model, kernels=kernel_path))
+    native = OnCache(NativeLlama.from_hf(model, kernels=kernel_path, kv_dtype=kv))
     assert native.target.kernels is kernel_path
 
     def from_prefix(forward):
@@ -290,13 +292,14 @@ def test_a_tokens_logits_are_bitwise_the_same_alone_in_a_step_in_a_tree_and_in_a
         assert torch.equal(tree_logits[node + 1], one_by_one[-1])
 
 
-def test_a_sequences_rows_are_bitwise_the_same_alone_and_in_a_batch_of_any_size(kernel_path,
+@pytest.mark.parametrize("kv", [torch.float32, torch.float16], ids=["fp32-cache", "fp16-cache"])
+def test_a_sequences_rows_are_bitwise_the_same_alone_and_in_a_batch_of_any_size(kernel_path, kv,
                                                                                  tiny_llama):
     """Batched scoring on every path: twelve sequences of 1..12 rows (78 rows in all, more than
     one row-invariant call of the torch path holds), some trees, each against its own cache,
     give each sequence the bits it gets alone."""
     model = tiny_llama(6, vocab=V, layers=2)
-    target = NativeLlama.from_hf(model, kernels=kernel_path)
+    target = NativeLlama.from_hf(model, kernels=kernel_path, kv_dtype=kv)
     prefixes = [tokens(4 + i, 20 + i) for i in range(12)]
     steps = [(tokens(i + 1, 40 + i), TREE if i + 1 == len(TREE) + 1 else None) for i in range(12)]
 
@@ -309,3 +312,27 @@ def test_a_sequences_rows_are_bitwise_the_same_alone_and_in_a_batch_of_any_size(
     together = target.hidden_batch([(cache_for(p), rows, tree)
                                     for p, (rows, tree) in zip(prefixes, steps)])
     assert all(torch.equal(a, b) for a, b in zip(alone, together))
+
+
+def test_the_cache_is_fp16_beside_block_format_matrices_and_fp32_beside_float_weights(tiny_llama):
+    """A GGUF file's own formats get llama.cpp's fp16 cache; fp32 or bf16 weights an fp32 one,
+    and an explicit kv_dtype wins; the logits stay close to the fp32 cache's."""
+    from specdecode.quant import QuantTensor, quantize
+
+    model = tiny_llama(6, vocab=V, layers=2)
+    weights = dict(model.state_dict())
+    weights["lm_head.weight"] = model.get_output_embeddings().weight
+    quantized = {name: quantize(w, "Q8_0") if w.ndim == 2 and w.shape[1] % 32 == 0
+                 else w for name, w in weights.items()}
+    assert any(isinstance(w, QuantTensor) for w in quantized.values())
+    assert NativeLlama(model.config, quantized, None).new_cache().dtype == torch.float16
+    assert NativeLlama(model.config, quantized, None, kv_dtype=torch.float32).new_cache().dtype \
+        == torch.float32
+    assert NativeLlama(model.config, weights).new_cache().dtype == torch.float32
+    assert NativeLlama(model.config, weights, torch.bfloat16).new_cache().dtype == torch.float32
+    half = OnCache(NativeLlama.from_hf(model, kv_dtype=torch.float16))
+    full = OnCache(NativeLlama.from_hf(model))
+    prompt = tokens(20, 3)
+    a, b = half.forward(prompt), full.forward(prompt)
+    assert not torch.equal(a, b)  # it does round the cache
+    torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)

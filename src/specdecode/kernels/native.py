@@ -13,6 +13,7 @@ from .torch_path import ROW_INVARIANT_ROWS, CacheRows, each_sequence, long_atten
 
 _LINEAR = {torch.float32: "linear_f32", torch.bfloat16: "linear_bf16",
            torch.float16: "linear_f16"}
+_KV = {torch.float32: 0, torch.float16: 1}  # a KV cache's dtype -> the kernel's kv_f16
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,6 +136,8 @@ class CKernels:
         """What `attention` reads of a step's caches, made once for every layer of the step."""
         masks = [None if c.mask is None else c.mask.contiguous() for c in caches]  # held: read
         assert all(c.keys.is_contiguous() and c.values.is_contiguous() for c in caches)
+        assert len({c.keys.dtype for c in caches} | {c.values.dtype for c in caches}) == 1 \
+            and caches[0].keys.dtype in _KV, [c.keys.dtype for c in caches]
         arrays = torch.tensor([[c.keys.data_ptr() for c in caches],
                                [c.values.data_ptr() for c in caches],
                                [c.keys.shape[2] for c in caches],
@@ -162,7 +165,8 @@ class CKernels:
         out = torch.empty(T, num_heads * d, dtype=torch.float32)
         status = self._library.attention(
             qkv.data_ptr(), *caches.pointers, len(rows), layer, cos.data_ptr(), sin.data_ptr(),
-            positions.data_ptr(), out.data_ptr(), num_heads, G, d, torch.get_num_threads())
+            positions.data_ptr(), out.data_ptr(), num_heads, G, d, _KV[rows[0].keys.dtype],
+            torch.get_num_threads())
         assert status == 0, status
         return out
 

@@ -60,8 +60,8 @@ def long_attention(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     if mask is None and T > 1 and start > 0:  # new row i sees the cached prefix and rows 0..i
         mask = torch.arange(end)[None, :] <= torch.arange(start, end)[:, None]  # [T, end]
     # 4-D inputs with enable_gqa take torch's CPU flash kernel (3-D inputs take the math path)
-    o = F.scaled_dot_product_attention(qk[None, :num_heads], keys[None, :, :end],
-                                       values[None, :, :end], attn_mask=mask,
+    o = F.scaled_dot_product_attention(qk[None, :num_heads], keys[None, :, :end].float(),
+                                       values[None, :, :end].float(), attn_mask=mask,
                                        is_causal=mask is None and T > 1, enable_gqa=True)[0]
     return o.transpose(0, 1).reshape(T, num_heads * d)
 
@@ -117,7 +117,7 @@ class TorchKernels:
             # the keys this row sees, gathered in position order: a tree node computes what the
             # same token computes in a chain, with tensors of the same shapes
             seen = (torch.arange(start + t + 1) if mask is None else mask[t].nonzero()[:, 0])
-            k, v = keys[:, seen], values[:, seen]  # [G, n, d]
+            k, v = keys[:, seen].float(), values[:, seen].float()  # [G, n, d], widened exactly
             # (a fresh copy of the query: no product's input depends on the row's offset)
             p = torch.softmax((q[t].clone() @ k.transpose(1, 2)) * d ** -0.5, dim=-1)  # [G, H/G, n]
             out.append((p @ v).reshape(num_heads * d))

@@ -66,7 +66,8 @@ class NativeLlama:
     device = torch.device("cpu")
 
     def __init__(self, config, weights: Mapping[str, torch.Tensor | QuantTensor],
-                 dtype: torch.dtype | None = torch.float32, kernels: Kernels | None = None) -> None:
+                 dtype: torch.dtype | None = torch.float32, kernels: Kernels | None = None,
+                 kv_dtype: torch.dtype | None = None) -> None:
         assert supports(config), config.model_type
         self.config = config
         self.num_heads = config.num_attention_heads
@@ -84,10 +85,16 @@ class NativeLlama:
         self.num_layers = config.num_hidden_layers
 
         # matrices in `dtype` (None: as given, GGUF block formats included); norm weights,
-        # biases, activations, the KV cache and all arithmetic in fp32: a bf16 or 4-bit step saves
-        # its time in reading weights, and fp32 activations keep a token's arithmetic free of the
-        # roundings a narrower type would add between a 1-token and a K-token step
+        # biases, activations and all arithmetic in fp32: a bf16 or 4-bit step saves its time in
+        # reading weights, and fp32 activations keep a token's arithmetic free of the roundings a
+        # narrower type would add between a 1-token and a K-token step
         self.dtype = dtype or torch.float32  # what drafting heads built on this target use
+        # the KV cache (`kv_dtype`, None: by the weights): fp16 beside block-format matrices, as
+        # llama.cpp keeps it (a step of several sequences reads each one's cache: at half the
+        # bytes it reads less cache than weights for longer), else fp32. k and v are rounded once,
+        # when written, so every step reads the same numbers whatever it holds.
+        quantized = dtype is None and any(isinstance(w, QuantTensor) for w in weights.values())
+        self.kv_dtype = kv_dtype or (torch.float16 if quantized else torch.float32)
 
         def get(name: str, dtype: torch.dtype | None = dtype) -> torch.Tensor | QuantTensor:
             w = weights[name]
@@ -137,13 +144,15 @@ class NativeLlama:
 
     @classmethod
     def from_hf(cls, hf_model: torch.nn.Module, dtype: torch.dtype = torch.float32,
-                kernels: Kernels | None = None) -> "NativeLlama":
+                kernels: Kernels | None = None, kv_dtype: torch.dtype | None = None
+                ) -> "NativeLlama":
         weights = dict(hf_model.state_dict())
         weights["lm_head.weight"] = hf_model.get_output_embeddings().weight  # tied or not
-        return cls(hf_model.config, weights, dtype, kernels)
+        return cls(hf_model.config, weights, dtype, kernels, kv_dtype)
 
     def describe(self) -> str:
-        return kernel_paths.describe(self.kernels)
+        cache = "fp16" if self.kv_dtype == torch.float16 else "fp32"
+        return f"{kernel_paths.describe(self.kernels)}, {cache} KV cache"
 
     def linears(self) -> list[Linear]:
         """Every matrix a step multiplies with: the layers' four and the output head."""
@@ -155,7 +164,7 @@ class NativeLlama:
 
     def new_cache(self) -> StaticKVCache:
         return StaticKVCache(self.num_layers, self.num_kv_heads, self.head_dim, 1024,
-                             self.max_length, torch.float32)
+                             self.max_length, self.kv_dtype)
 
     def _rope_cache(self, capacity: int) -> None:
         self._cos, self._sin = tables(self._inv_freq, self._rope_scale, capacity)

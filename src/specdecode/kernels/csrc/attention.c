@@ -6,6 +6,11 @@
  * cos/sin rows of each row's position) and k, v appended to the cache; then each row and head takes
  * softmax(q kᵀ / sqrt(d)) v over the keys it sees, in fp32.
  *
+ * The cache holds fp32 or fp16 numbers (kv_f16): an fp16 cache halves what a step reads of it,
+ * which for several sequences' caches (each read once per step) outweighs their weights. k and v
+ * are rounded to fp16 once, when written (to nearest, ties to even: what torch's conversion does,
+ * so the torch path writes the same cache), and widened exactly when read.
+ *
  * A row's result depends only on its query and the keys it sees, taken in position order: the
  * keys are gathered into a list first, so a tree node (which sees the cache and its ancestors,
  * with its masked siblings in between) computes exactly what the same token computes in a chain
@@ -13,6 +18,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels.h"
 #include "simd.h"
@@ -27,99 +33,166 @@ static void rotate(float *x, const float *cos, const float *sin, int64_t d) {
     }
 }
 
-/* scores[j] = q · keys[seen[j]] * scale for j in [from, from + KEYS): KEYS independent chains
- * (one FMA chain is latency-bound), each over d in order as for a key taken alone */
-ALWAYS_INLINE void dot_keys(const int KEYS, const float *q, const float *keys, const int64_t *seen,
-                            int64_t from, int64_t d, float scale, float *scores) {
-    vf acc[4];
-    for (int k = 0; k < KEYS; k++) acc[k] = vzero();
+/* VL numbers of a cache (fp16 or fp32) from element i, widened exactly */
+ALWAYS_INLINE vf kv_load(const int F16, const void *cache, int64_t i) {
+    return F16 ? vload_f16((const uint16_t *)cache + i) : vload((const float *)cache + i);
+}
+
+/* x rounded to IEEE half precision, to nearest with ties to even (overflow to infinity) */
+static uint16_t f32_to_f16(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    const uint32_t sign = (b >> 16) & 0x8000, magnitude = b & 0x7fffffff;
+    if (magnitude >= 0x7f800000) /* infinity, NaN (kept quiet) */
+        return (uint16_t)(sign | 0x7c00 | (magnitude > 0x7f800000 ? 0x200 : 0));
+    if (magnitude >= 0x477ff000) return (uint16_t)(sign | 0x7c00); /* rounds past 65504 */
+    if (magnitude < 0x38800000) { /* below 2^-14: a subnormal half (or zero) */
+        const uint32_t shift = 126 - (magnitude >> 23); /* >= 14 */
+        if (shift > 24) return (uint16_t)sign;
+        const uint32_t mantissa = (magnitude & 0x7fffff) | 0x800000, kept = mantissa >> shift;
+        const uint32_t rest = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
+        return (uint16_t)(sign | (kept + (rest > half || (rest == half && (kept & 1)))));
+    }
+    const uint32_t kept = (magnitude >> 13) - (112u << 10), rest = magnitude & 0x1fff;
+    return (uint16_t)(sign | (kept + (rest > 0x1000 || (rest == 0x1000 && (kept & 1)))));
+}
+
+/* scores[from + k] = q · keys[seen[from + k]] * scale for k < VL: one accumulator per key over d
+ * in order, then the VL sums at once (vsums adds every key's lanes in the same order, so a key's
+ * score does not depend on the keys it is scored with) */
+ALWAYS_INLINE void score_keys(const int F16, const float *q, const void *keys,
+                              const int64_t *seen, int64_t from, int64_t d, vf scale,
+                              float *scores) {
+    vf acc[VL];
+    for (int k = 0; k < VL; k++) acc[k] = vzero();
     for (int64_t i = 0; i < d; i += VL) {
         const vf qi = vload(q + i);
-        for (int k = 0; k < KEYS; k++)
-            acc[k] = vfma(qi, vload(keys + seen[from + k] * d + i), acc[k]);
+        for (int k = 0; k < VL; k++)
+            acc[k] = vfma(qi, kv_load(F16, keys, seen[from + k] * d + i), acc[k]);
     }
-    for (int k = 0; k < KEYS; k++) scores[from + k] = vsum(acc[k]) * scale;
+    vstore(scores + from, vmul(vsums(acc), scale));
 }
 
-/* out[i..i+WIDTH) = sum over j of p_j values[seen[j]][i..i+WIDTH), in order of j, for WIDTH / VL
- * independent accumulators */
-ALWAYS_INLINE void weigh_values(const int WIDTH, const float *p, const float *values,
-                                const int64_t *seen, int64_t n, int64_t d, int64_t i, vf norm,
-                                float *out) {
-    vf acc[64 / 4];
-    for (int b = 0; b < WIDTH / VL; b++) acc[b] = vzero();
+/* out_r[i..i+WIDTH) = sum over j of p_r[j] values[seen[j]][i..i+WIDTH) for NR heads r (p_r =
+ * p + r * stride, out_r = out + r * d) that share the values: each value vector is read once for
+ * all of them; every head's sum runs in order of j in its own accumulators */
+ALWAYS_INLINE void weigh_values(const int F16, const int NR, const int WIDTH, const float *p,
+                                int64_t stride, const void *values, const int64_t *seen, int64_t n,
+                                int64_t d, int64_t i, const vf norm[], float *out) {
+    vf acc[ATTENTION_HEADS][4];
+    for (int r = 0; r < NR; r++)
+        for (int b = 0; b < WIDTH / VL; b++) acc[r][b] = vzero();
     for (int64_t j = 0; j < n; j++) {
-        const vf pj = vset1(p[j]);
-        const float *v = values + seen[j] * d + i;
-        for (int b = 0; b < WIDTH / VL; b++) acc[b] = vfma(pj, vload(v + b * VL), acc[b]);
+        const int64_t v = seen[j] * d + i;
+        for (int b = 0; b < WIDTH / VL; b++) {
+            const vf value = kv_load(F16, values, v + b * VL);
+            for (int r = 0; r < NR; r++) acc[r][b] = vfma(vset1(p[r * stride + j]), value, acc[r][b]);
+        }
     }
-    for (int b = 0; b < WIDTH / VL; b++) vstore(out + i + b * VL, vmul(acc[b], norm));
+    for (int r = 0; r < NR; r++)
+        for (int b = 0; b < WIDTH / VL; b++)
+            vstore(out + r * d + i + b * VL, vmul(acc[r][b], norm[r]));
 }
 
-/* softmax(q · keys[seen[j]] / sqrt(d) over j < n) · values -> out, for one row and head;
- * scores: room for n rounded up to VL */
-static void attend(const float *q, const float *keys, const float *values, const int64_t *seen,
-                   int64_t n, int64_t d, float *scores, float *out) {
-    const float scale = 1.0f / sqrtf((float)d);
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) dot_keys(4, q, keys, seen, j, d, scale, scores);
-    for (; j < n; j++) dot_keys(1, q, keys, seen, j, d, scale, scores);
-    float max = -INFINITY;
-    for (j = 0; j < n; j++) max = scores[j] > max ? scores[j] : max;
-    for (j = n; j % VL; j++) scores[j] = -INFINITY; /* e^-inf = 0 fills the last vector */
-    vf total = vzero();
-    for (j = 0; j < n; j += VL) { /* p_j = e^(s_j - max) */
-        const vf p = vexp(vsub(vload(scores + j), vset1(max)));
-        vstore(scores + j, p);
-        total = vadd(total, p);
+/* softmax(q_r · keys[seen[j]] / sqrt(d) over j < n) · values -> out_r for NR consecutive heads of
+ * one row that share a KV group (q_r = q + r d, out_r = out + r d): the keys and values are read
+ * once for all of them, and each head computes what it computes alone. seen: n indices padded to
+ * a multiple of VL (with valid ones); scores: NR x stride, stride >= n rounded up to VL. */
+ALWAYS_INLINE void attend(const int F16, const int NR, const float *q, const void *keys,
+                          const void *values, const int64_t *seen, int64_t n, int64_t d,
+                          float *scores, int64_t stride, float *out) {
+    const vf scale = vset1(1.0f / sqrtf((float)d));
+    for (int64_t j = 0; j < n; j += VL) /* a block of keys, in cache, for every head */
+        for (int r = 0; r < NR; r++)
+            score_keys(F16, q + r * d, keys, seen, j, d, scale, scores + r * stride);
+    vf norm[ATTENTION_HEADS];
+    for (int r = 0; r < NR; r++) {
+        float *sr = scores + r * stride;
+        for (int64_t j = n; j % VL; j++) sr[j] = -INFINITY; /* the padding: e^-inf = 0 */
+        vf most = vset1(-INFINITY);
+        for (int64_t j = 0; j < n; j += VL) most = vmax(most, vload(sr + j));
+        float lanes[VL], max = -INFINITY;
+        vstore(lanes, most);
+        for (int k = 0; k < VL; k++) max = lanes[k] > max ? lanes[k] : max;
+        vf total = vzero();
+        for (int64_t j = 0; j < n; j += VL) { /* p_j = e^(s_j - max) */
+            const vf e = vexp(vsub(vload(sr + j), vset1(max)));
+            vstore(sr + j, e);
+            total = vadd(total, e);
+        }
+        norm[r] = vset1(1.0f / vsum(total));
     }
-    const vf norm = vset1(1.0f / vsum(total));
-    for (int64_t i = 0; i < d; i += d % 64 ? 16 : 64) {
-        if (d % 64) weigh_values(16, scores, values, seen, n, d, i, norm, out);
-        else weigh_values(64, scores, values, seen, n, d, i, norm, out);
+    for (int64_t i = 0; i < d; i += d % (4 * VL) ? VL : 4 * VL) {
+        if (d % (4 * VL)) weigh_values(F16, NR, VL, scores, stride, values, seen, n, d, i, norm, out);
+        else weigh_values(F16, NR, 4 * VL, scores, stride, values, seen, n, d, i, norm, out);
     }
 }
 
 struct attention_job {
     const float *qkv;
-    float *const *keys, *const *values; /* by row: its sequence's cache */
+    void *const *keys, *const *values; /* by row: its sequence's layer cache */
     const int64_t *capacity;            /* by row */
     const int64_t *seen, *first, *count; /* row t sees keys seen[first[t] .. + count[t]] */
     float *out;
     int64_t T, longest, H, G, d;
-    int failed;
+    int f16, failed;
 };
 
-static void attention_task(void *context, int thread, int threads) {
-    struct attention_job *job = context;
+/* heads [h, h + nr) of row t, nr <= ATTENTION_HEADS, as a constant */
+#define HEADS(NR) case NR: \
+    if (NR <= ATTENTION_HEADS) \
+        attend(F16, NR, q, keys, values, seen, job->count[t], d, scores, stride, out); \
+    break;
+
+ALWAYS_INLINE void attention_share(const int F16, struct attention_job *job, int thread,
+                                   int threads) {
     const int64_t H = job->H, d = job->d, width = (H + 2 * job->G) * d, group = H / job->G;
-    float *scores = malloc(sizeof(float) * (size_t)(job->longest + VL));
+    const int64_t stride = job->longest + VL;
+    float *scores = malloc(sizeof(float) * (size_t)(ATTENTION_HEADS * stride));
     if (!scores) {
         job->failed = 1; /* several threads may set it: they all write the same value */
         return;
     }
     long long begin, end;
     share(job->T * H, thread, threads, &begin, &end);
-    for (long long th = begin; th < end; th++) {
+    for (long long th = begin; th < end;) {
+        /* this thread's next heads of one row and KV group, at most ATTENTION_HEADS */
         const int64_t t = th / H, h = th % H, g = h / group, cache = g * job->capacity[t] * d;
-        attend(job->qkv + t * width + h * d, job->keys[t] + cache, job->values[t] + cache,
-               job->seen + job->first[t], job->count[t], d, scores, job->out + (t * H + h) * d);
+        int64_t nr = (g + 1) * group - h;
+        nr = nr < end - th ? nr : end - th;
+        nr = nr < ATTENTION_HEADS ? nr : ATTENTION_HEADS;
+        const size_t bytes = (size_t)cache * (F16 ? sizeof(uint16_t) : sizeof(float));
+        const float *q = job->qkv + t * width + h * d;
+        const void *keys = (const char *)job->keys[t] + bytes;
+        const void *values = (const char *)job->values[t] + bytes;
+        const int64_t *seen = job->seen + job->first[t];
+        float *out = job->out + (t * H + h) * d;
+        _Static_assert(ATTENTION_HEADS <= 4, "add cases below");
+        switch (nr) { HEADS(1) HEADS(2) HEADS(3) HEADS(4) }
+        th += nr;
     }
     free(scores);
 }
 
-int attention(float *qkv, float *const *caches_k, float *const *caches_v,
+static void attention_task(void *context, int thread, int threads) {
+    struct attention_job *job = context;
+    if (job->f16) attention_share(1, job, thread, threads);
+    else attention_share(0, job, thread, threads);
+}
+
+int attention(float *qkv, void *const *caches_k, void *const *caches_v,
               const int64_t *capacity, const int64_t *starts, const int64_t *rows,
               const uint8_t *const *masks, int64_t S, int64_t layer, const float *cos,
               const float *sin, const int64_t *positions, float *out, int64_t H, int64_t G,
-              int64_t d, int threads) {
-    if (d % 16 || H % G) return 1;
+              int64_t d, int kv_f16, int threads) {
+    if (d % 16 || H % G || (kv_f16 != 0 && kv_f16 != 1)) return 1;
+    const size_t number = kv_f16 ? sizeof(uint16_t) : sizeof(float);
     int64_t T = 0, seen_total = 0, longest = 0;
     for (int64_t s = 0; s < S; s++) {
         const int64_t end = starts[s] + rows[s];
         if (rows[s] < 0 || end > capacity[s]) return 1;
         T += rows[s];
-        seen_total += rows[s] * end;
+        seen_total += rows[s] * (end + VL); /* a row's keys, padded to a multiple of VL */
         longest = end > longest ? end : longest;
     }
     const int64_t width = (H + 2 * G) * d;
@@ -130,12 +203,12 @@ int attention(float *qkv, float *const *caches_k, float *const *caches_v,
         return 2;
     }
     int64_t *first = index + seen_total, *count = first + T, *row_capacity = count + T;
-    float **row_keys = (float **)by_row, **row_values = (float **)by_row + T;
+    void **row_keys = by_row, **row_values = by_row + T;
     int64_t t = 0, n_seen = 0;
     for (int64_t s = 0; s < S; s++) {
         const int64_t start = starts[s], end = start + rows[s];
-        float *keys = caches_k[s] + layer * G * capacity[s] * d;
-        float *values = caches_v[s] + layer * G * capacity[s] * d;
+        const size_t layer_bytes = (size_t)(layer * G * capacity[s] * d) * number;
+        char *keys = (char *)caches_k[s] + layer_bytes, *values = (char *)caches_v[s] + layer_bytes;
         for (int64_t r = 0; r < rows[s]; r++, t++) {
             /* rotate q and k, then append k and v to the sequence's cache */
             float *row = qkv + t * width;
@@ -143,8 +216,15 @@ int attention(float *qkv, float *const *caches_k, float *const *caches_v,
                 rotate(row + h * d, cos + positions[t] * d, sin + positions[t] * d, d);
             for (int64_t g = 0; g < G; g++)
                 for (int64_t i = 0; i < d; i++) {
-                    keys[(g * capacity[s] + start + r) * d + i] = row[(H + g) * d + i];
-                    values[(g * capacity[s] + start + r) * d + i] = row[(H + G + g) * d + i];
+                    const int64_t at = (g * capacity[s] + start + r) * d + i;
+                    const float k = row[(H + g) * d + i], v = row[(H + G + g) * d + i];
+                    if (kv_f16) {
+                        ((uint16_t *)keys)[at] = f32_to_f16(k);
+                        ((uint16_t *)values)[at] = f32_to_f16(v);
+                    } else {
+                        ((float *)keys)[at] = k;
+                        ((float *)values)[at] = v;
+                    }
                 }
             /* the keys it sees: causal (positions 0..start + r), or its mask row */
             const uint8_t *mask = masks[s] ? masks[s] + r * end : NULL;
@@ -152,13 +232,14 @@ int attention(float *qkv, float *const *caches_k, float *const *caches_v,
             for (int64_t j = 0; j < (mask ? end : start + r + 1); j++)
                 if (!mask || mask[j]) index[n_seen++] = j;
             count[t] = n_seen - first[t];
+            while (count[t] && (n_seen - first[t]) % VL) index[n_seen++] = index[first[t]];
             row_keys[t] = keys;
             row_values[t] = values;
             row_capacity[t] = capacity[s];
         }
     }
     struct attention_job job = {qkv, row_keys, row_values, row_capacity, index, first, count,
-                                out, T, longest, H, G, d, 0};
+                                out, T, longest, H, G, d, kv_f16, 0};
     run_parallel(threads, attention_task, &job);
     free(index), free(by_row);
     return job.failed ? 2 : 0;

@@ -38,15 +38,15 @@ const char *kernel_format(int format);
 /* Rotary embedding, KV-cache write and softmax attention of decoder layer `layer` for the new
  * rows of S sequences, each against its own cache. qkv: [T, (H + 2 G) d], T = the sum of
  * rows[s], sequence s's rows after those of the sequences before it, q and k rotated in place;
- * caches_k[s], caches_v[s]: [layers, G, capacity[s], d], its new k and v written in the layer's
- * part at starts[s]..starts[s]+rows[s]-1; masks[s]: [rows[s], starts[s] + rows[s]] bytes, 1
- * where a row may attend, or NULL for causal; cos, sin: [>= max position + 1, d]; positions:
- * [T]; out: [T, H d]. d must be a multiple of 16. */
-int attention(float *qkv, float *const *caches_k, float *const *caches_v,
+ * caches_k[s], caches_v[s]: [layers, G, capacity[s], d], fp16 if kv_f16 is 1, else fp32, its new
+ * k and v written (rounded to fp16 if so) in the layer's part at starts[s]..starts[s]+rows[s]-1;
+ * masks[s]: [rows[s], starts[s] + rows[s]] bytes, 1 where a row may attend, or NULL for causal;
+ * cos, sin: [>= max position + 1, d]; positions: [T]; out: [T, H d]. d must be a multiple of 16. */
+int attention(float *qkv, void *const *caches_k, void *const *caches_v,
               const int64_t *capacity, const int64_t *starts, const int64_t *rows,
               const uint8_t *const *masks, int64_t S, int64_t layer, const float *cos,
               const float *sin, const int64_t *positions, float *out, int64_t H, int64_t G,
-              int64_t d, int threads);
+              int64_t d, int kv_f16, int threads);
 
 /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w; x, out: [T, H]; H a multiple of 16. */
 int rms_norm(const float *x, const float *w, float *out, int64_t T, int64_t H, float eps);

@@ -11,6 +11,7 @@
  *   vadd vsub vmul vdiv vmax vmin  (or VEC(op), the intrinsic's name, to take simd.h's)
  *   vfma(a, b, c)        a * b + c, lane by lane (fused where the instruction set has it)
  *   vsum(a)              the sum of the lanes, always in the same order
+ *   vsums(a[VL])         lane k: the sum of a[k]'s lanes, in an order the same for every k
  *   vround(a)            round to the nearest integer (ties to even)
  *   vpow2i(n)            2^n for integral n in [-126, 127]
  *   vselect_lt(a, b, x, y)  x where a < b, else y, lane by lane
@@ -18,6 +19,7 @@
  *   ROWS_PER_TILE, MAX_PANELS, PANELS_FOR(rows)
  *                        the linear kernel's tile: rows of x times panels held in registers
  *   QROWS_PER_TILE, QMAX_PANELS, QPANELS_FOR(rows)   the same for the block formats
+ *   ATTENTION_HEADS      query heads of a KV group attention.c scores together (<= 4)
  *
  * and, for the block formats' integer arithmetic, vi: VL 32-bit lanes, each of 4 bytes:
  *   viload(p)            4 VL bytes

@@ -12,6 +12,8 @@
 #define QROWS_PER_TILE 2
 #define QMAX_PANELS 2
 #define QPANELS_FOR(rows) 2
+/* query heads of one KV group that attention.c scores together (their value accumulators fit) */
+#define ATTENTION_HEADS 2
 
 #define X86(op) _mm256_##op /* the intrinsics' prefix, for x86.h */
 #define HALF_LOAD(p) _mm_loadu_si128((const __m128i *)(p)) /* VL 16-bit values */
@@ -26,6 +28,21 @@ static inline float vsum(vf a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+/* lane k: the sum of a[k]'s lanes; three rounds of adding halves (j + 4, j + 2, j + 1), the
+ * same for every k, then the sums put in order */
+static inline vf vsums(const vf a[VL]) {
+    __m256 b[4];
+    for (int i = 0; i < 4; i++)
+        b[i] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x31));
+    const __m256 c0 = _mm256_add_ps(_mm256_shuffle_ps(b[0], b[1], 0x44),
+                                    _mm256_shuffle_ps(b[0], b[1], 0xEE));
+    const __m256 c1 = _mm256_add_ps(_mm256_shuffle_ps(b[2], b[3], 0x44),
+                                    _mm256_shuffle_ps(b[2], b[3], 0xEE));
+    const __m256 e = _mm256_add_ps(_mm256_shuffle_ps(c0, c1, 0x88), _mm256_shuffle_ps(c0, c1, 0xDD));
+    /* e holds the sum of a[2 m + h] at 4 h + m */
+    return _mm256_permutevar8x32_ps(e, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 static inline vf vround(vf a) {
     return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

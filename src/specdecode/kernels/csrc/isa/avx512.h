@@ -16,6 +16,8 @@
 #define QROWS_PER_TILE 4
 #define QMAX_PANELS 4
 #define QPANELS_FOR(rows) ((rows) <= 2 ? 4 : 2)
+/* query heads of one KV group that attention.c scores together (their value accumulators fit) */
+#define ATTENTION_HEADS 4
 
 #define X86(op) _mm512_##op /* the intrinsics' prefix, for x86.h */
 #define HALF_LOAD(p) _mm256_loadu_si256((const __m256i *)(p)) /* VL 16-bit values */
@@ -27,6 +29,25 @@ typedef __m512 vf;
 #include "x86.h"
 
 static inline float vsum(vf a) { return _mm512_reduce_add_ps(a); }
+/* lane k: the sum of a[k]'s lanes; four rounds of adding halves (j + 8, j + 4, j + 2, j + 1),
+ * the same for every k, then the sums put in order */
+static inline vf vsums(const vf a[VL]) {
+    __m512 b[8], c[4];
+    for (int i = 0; i < 8; i++)
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++)
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    const __m512 d0 = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x44),
+                                    _mm512_shuffle_ps(c[0], c[1], 0xEE));
+    const __m512 d1 = _mm512_add_ps(_mm512_shuffle_ps(c[2], c[3], 0x44),
+                                    _mm512_shuffle_ps(c[2], c[3], 0xEE));
+    const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d0, d1, 0x88), _mm512_shuffle_ps(d0, d1, 0xDD));
+    /* e holds the sum of a[4 m + l] at 4 l + m */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7,
+                                                   11, 15), e);
+}
 static inline vf vround(vf a) {
     return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }

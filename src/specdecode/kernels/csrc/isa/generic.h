@@ -12,6 +12,8 @@
 #define QROWS_PER_TILE 4
 #define QMAX_PANELS 2
 #define QPANELS_FOR(rows) ((rows) <= 2 ? 2 : 1)
+/* query heads of one KV group that attention.c scores together (their value accumulators fit) */
+#define ATTENTION_HEADS 2
 
 typedef struct { float lane[VL]; } vf;
 
@@ -59,6 +61,8 @@ static inline float vsum(vf a) {
     for (int i = 1; i < VL; i++) s += a.lane[i];
     return s;
 }
+/* lane k: the sum of a[k]'s lanes, as vsum adds them */
+static inline vf vsums(const vf a[VL]) { LANEWISE(vsum(a[i])); }
 /* adding and removing 1.5 * 2^23 rounds to an integer (ties to even) for |a| < 2^22 */
 static inline vf vround(vf a) { LANEWISE((a.lane[i] + 12582912.0f) - 12582912.0f); }
 static inline vf vpow2i(vf n) {

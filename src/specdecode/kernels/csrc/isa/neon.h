@@ -12,6 +12,8 @@
 #define QROWS_PER_TILE 4
 #define QMAX_PANELS 4
 #define QPANELS_FOR(rows) ((rows) <= 2 ? 4 : 2)
+/* query heads of one KV group that attention.c scores together (their value accumulators fit) */
+#define ATTENTION_HEADS 4
 
 #define VEC(op) v##op##q_f32 /* vadd, vsub, .. in simd.h */
 typedef float32x4_t vf;
@@ -26,6 +28,10 @@ static inline vf vload_bf16(const uint16_t *p) {
 }
 static inline vf vfma(vf a, vf b, vf c) { return vfmaq_f32(c, a, b); }
 static inline float vsum(vf a) { return vaddvq_f32(a); }
+/* lane k: the sum of a[k]'s lanes, (0 + 1) + (2 + 3) for every k */
+static inline vf vsums(const vf a[VL]) {
+    return vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3]));
+}
 static inline vf vround(vf a) { return vrndnq_f32(a); }
 static inline vf vpow2i(vf n) {
     int32x4_t e = vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127));
