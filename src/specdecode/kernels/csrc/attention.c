@@ -84,9 +84,11 @@ ALWAYS_INLINE void weigh_values(const int F16, const int NR, const int WIDTH, co
         for (int b = 0; b < WIDTH / VL; b++) acc[r][b] = vzero();
     for (int64_t j = 0; j < n; j++) {
         const int64_t v = seen[j] * d + i;
+        vf pj[ATTENTION_HEADS];
+        for (int r = 0; r < NR; r++) pj[r] = vset1(p[r * stride + j]);
         for (int b = 0; b < WIDTH / VL; b++) {
             const vf value = kv_load(F16, values, v + b * VL);
-            for (int r = 0; r < NR; r++) acc[r][b] = vfma(vset1(p[r * stride + j]), value, acc[r][b]);
+            for (int r = 0; r < NR; r++) acc[r][b] = vfma(pj[r], value, acc[r][b]);
         }
     }
     for (int r = 0; r < NR; r++)
