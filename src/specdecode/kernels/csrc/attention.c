@@ -38,6 +38,17 @@ ALWAYS_INLINE vf kv_load(const int F16, const void *cache, int64_t i) {
     return F16 ? vload_f16((const uint16_t *)cache + i) : vload((const float *)cache + i);
 }
 
+/* A decoding step reads each sequence's cache once, from memory: a thread waiting for one key
+ * at a time is bound by the memory's latency, not its bandwidth. So the key or value AHEAD
+ * places further on is requested early (into the cache, without waiting for it). */
+#define AHEAD 32
+
+/* ask for the numbers [i, i + n) of a cache (fp16 or fp32) to be brought into the cache */
+ALWAYS_INLINE void kv_prefetch(const int F16, const void *cache, int64_t i, int64_t n) {
+    const char *from = (const char *)cache + i * (F16 ? 2 : 4);
+    for (int64_t byte = 0; byte < n * (F16 ? 2 : 4); byte += 64) __builtin_prefetch(from + byte);
+}
+
 /* x rounded to IEEE half precision, to nearest with ties to even (overflow to infinity) */
 static uint16_t f32_to_f16(float x) {
     uint32_t b;
@@ -84,6 +95,7 @@ ALWAYS_INLINE void weigh_values(const int F16, const int NR, const int WIDTH, co
         for (int b = 0; b < WIDTH / VL; b++) acc[r][b] = vzero();
     for (int64_t j = 0; j < n; j++) {
         const int64_t v = seen[j] * d + i;
+        if (j + AHEAD < n) kv_prefetch(F16, values, seen[j + AHEAD] * d + i, WIDTH);
         vf pj[ATTENTION_HEADS];
         for (int r = 0; r < NR; r++) pj[r] = vset1(p[r * stride + j]);
         for (int b = 0; b < WIDTH / VL; b++) {
@@ -104,9 +116,12 @@ ALWAYS_INLINE void attend(const int F16, const int NR, const float *q, const voi
                           const void *values, const int64_t *seen, int64_t n, int64_t d,
                           float *scores, int64_t stride, float *out) {
     const vf scale = vset1(1.0f / sqrtf((float)d));
-    for (int64_t j = 0; j < n; j += VL) /* a block of keys, in cache, for every head */
+    for (int64_t j = 0; j < n; j += VL) { /* a block of keys, in cache, for every head */
+        for (int64_t k = j + AHEAD; k < j + AHEAD + VL && k < n; k++)
+            kv_prefetch(F16, keys, seen[k] * d, d);
         for (int r = 0; r < NR; r++)
             score_keys(F16, q + r * d, keys, seen, j, d, scale, scores + r * stride);
+    }
     vf norm[ATTENTION_HEADS];
     for (int r = 0; r < NR; r++) {
         float *sr = scores + r * stride;
