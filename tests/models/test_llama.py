@@ -336,3 +336,84 @@ def test_the_cache_is_fp16_beside_block_format_matrices_and_fp32_beside_float_we
     a, b = half.forward(prompt), full.forward(prompt)
     assert not torch.equal(a, b)  # it does round the cache
     torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
+
+
+# --- the decoder layers in one kernel call ------------------------------------------------------
+
+def quantized_weights(model, formats=("Q8_0", "Q4_0", "Q4_1")) -> dict:
+    """The model's matrices in GGUF block formats, q, k and v each in its own (mixed parts)."""
+    from specdecode.quant import quantize
+
+    weights = dict(model.state_dict())
+    weights["lm_head.weight"] = model.get_output_embeddings().weight
+    projection = {"q_proj": formats[0], "k_proj": formats[1], "v_proj": formats[2]}
+    return {name: quantize(w, next((f for p, f in projection.items() if p in name), "Q8_0"))
+            if w.ndim == 2 and w.shape[1] % 32 == 0 and "embed" not in name else w
+            for name, w in weights.items()}
+
+
+def one_call_and_loop(target: NativeLlama, scenario) -> tuple[list, list]:
+    """What `scenario(target)` returns with the layers in one kernel call, and with the Python
+    loop over their operations (the same target with its stack set aside)."""
+    assert target._stack is not None
+    one_call = scenario(target)
+    stack, target._stack = target._stack, None
+    try:
+        return one_call, scenario(target)
+    finally:
+        target._stack = stack
+
+
+def every_kind_of_step(target: NativeLlama) -> list[torch.Tensor]:
+    """A prefill, a plain step, a chain, a tree, a batch of three sequences, and the caches they
+    leave; then a layer subset (which writes its layers' cache rows only)."""
+    first, second, third = target.new_cache(), target.new_cache(), target.new_cache()
+    out = [target.prefill(first, tokens(9, 1)), target.hidden(first, tokens(1, 2)),
+           target.hidden(first, tokens(5, 3)),
+           target.hidden(first, torch.cat([tokens(1, 4), TREE.tokens]), TREE)]
+    target.prefill(second, tokens(12, 5))
+    target.prefill(third, tokens(3, 6))
+    out += target.hidden_batch([(first, tokens(1, 7), None), (second, tokens(4, 8), None),
+                                (third, torch.cat([tokens(1, 9), TREE.tokens]), TREE)])
+    out += [c.keys[:, :, : c.length].clone() for c in (first, second, third)]
+    out += [c.values[:, :, : c.length].clone() for c in (first, second, third)]
+    out.append(target.forward_layers(second, tokens(2, 10), [1]))
+    return out + [second.keys[1, :, : second.length].clone()]
+
+
+@pytest.mark.parametrize("kind", ["fp32", "qwen2-bias", "mixed-blocks", "bf16"])
+def test_the_layers_in_one_kernel_call_give_bitwise_what_the_layer_loop_gives(kernel_path, kind,
+                                                                              tiny_llama):
+    """On every C path whose library has `decoder_layers`: every kind of step, over fp32, bf16
+    or block-format matrices (q, k, v in three formats: a matrix of parts), with biases, gives
+    the same bits, in its outputs and in the caches it writes."""
+    model = tiny_llama(7, vocab=V, layers=2, arch="qwen2" if kind == "qwen2-bias" else "llama")
+    if kind == "mixed-blocks":
+        target = NativeLlama(model.config, quantized_weights(model), None, kernels=kernel_path)
+        assert len(target.layers[0].qkv.parts()) == 3
+    else:
+        dtype = torch.bfloat16 if kind == "bf16" else torch.float32
+        target = NativeLlama.from_hf(model, dtype, kernels=kernel_path)
+    if target._stack is None:
+        pytest.skip(f"{kernel_path.name}: the layers run one operation at a time on this path")
+    one_call, loop = one_call_and_loop(target, every_kind_of_step)
+    assert [i for i, (a, b) in enumerate(zip(one_call, loop)) if not torch.equal(a, b)] == []
+
+
+def test_a_layer_without_an_input_norm_runs_in_one_call_as_in_the_loop(kernel_path, tiny_llama):
+    """An EAGLE head's layer (`head_layer`: no input norm, run on vectors) takes the same call."""
+    target = NativeLlama.from_hf(tiny_llama(8, vocab=V, layers=1), kernels=kernel_path)
+    names = {n.removeprefix("model.layers.0."): w for n, w in
+             tiny_llama(8, vocab=V, layers=1).state_dict().items()
+             if n.startswith("model.layers.0.") and "input_layernorm" not in n}
+    head = target.head_layer(names, target.lm_head)
+    if head._stack is None:
+        pytest.skip(f"{kernel_path.name}: the layers run one operation at a time on this path")
+    x = torch.randn(4, target.hidden_size, generator=torch.Generator().manual_seed(8))
+
+    def run(layer: NativeLlama) -> list[torch.Tensor]:
+        cache = layer.new_cache()
+        return [layer.run(cache, x), layer.run(cache, x[:1]), cache.keys[:, :, :5].clone()]
+
+    one_call, loop = one_call_and_loop(head, run)
+    assert [i for i, (a, b) in enumerate(zip(one_call, loop)) if not torch.equal(a, b)] == []

@@ -3,7 +3,7 @@
 Paths, best first: `avx512vnni` (x86 with AVX-512 F, BW and VNNI), `avx512` (AVX-512 F and BW),
 `avx2` (x86 with AVX2 and FMA), `neon` (64-bit ARM), `generic` (portable C, any CPU with a C
 compiler), and `torch` (no C compiler: torch operations). The C paths are one set of
-width-generic sources (`csrc/linear.c`, `qlinear.c`, `attention.c`, `pointwise.c`) over
+width-generic sources (`csrc/linear.c`, `qlinear.c`, `attention.c`, `pointwise.c`, `layers.c`) over
 `csrc/simd.h`, which has one small implementation per instruction set in
 `csrc/isa/`; `csrc/kernels.h` declares what they export. Each is compiled on first use with the
 system C compiler (`build.py`) and cached.
@@ -16,7 +16,11 @@ Operations (the `Kernels` interface):
   (`qlinear.c`);
 - `attention`: rotary embedding, KV-cache write and softmax attention of one layer, causal or
   under a tree mask;
-- `rms_norm`, `silu_mul`: the element-wise parts of a layer.
+- `rms_norm`, `silu_mul`: the element-wise parts of a layer;
+- `decoder_layers` (C paths): a model's decoder layers in one call (`csrc/layers.c`), the same
+  operations in the same order as `models/llama.py`'s loop over them, so the same bits; a step
+  then crosses from Python into the kernels once instead of ~8 times a layer (`stack` describes
+  the model's weights for it once, at load).
 
 The contract every path keeps: a row's result is bitwise the same whatever other rows share the
 call (for calls of up to `ROW_INVARIANT_ROWS` rows: every decoding and verification step), so a
@@ -71,6 +75,21 @@ class Kernels(Protocol):
 
     def linear(self, x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
         """x: [T, I] fp32 -> x @ w.T: [T, O] fp32."""
+        ...
+
+    def stack(self, sizes: tuple[int, int, int, int, int], layers: Sequence[tuple]) -> object | None:
+        """A model's decoder layers (sizes: hidden, heads, KV heads, head size, MLP inner size;
+        per layer: input norm weight or None, post-attention norm weight, qkv, out, gate_up and
+        down `Linear`s) as `decoder_layers` runs them in one call; None where this path runs a
+        layer one operation at a time (`models/llama.py` then does)."""
+        ...
+
+    def decoder_layers(self, stack: object, x: torch.Tensor, caches: object,
+                       layers: Sequence[int], cos: torch.Tensor, sin: torch.Tensor,
+                       positions: torch.Tensor, eps: float) -> torch.Tensor:
+        """Where `stack` gave one: x [T, hidden] through `layers` of it (every sequence of the
+        step with at most ROW_INVARIANT_ROWS rows), bitwise what the layers give one operation
+        at a time."""
         ...
 
     def attention_inputs(self, caches: Sequence[CacheRows]) -> object:

@@ -14,6 +14,11 @@ from .torch_path import ROW_INVARIANT_ROWS, CacheRows, each_sequence, long_atten
 _LINEAR = {torch.float32: "linear_f32", torch.bfloat16: "linear_bf16",
            torch.float16: "linear_f16"}
 _KV = {torch.float32: 0, torch.float16: 1}  # a KV cache's dtype -> the kernel's kv_f16
+# kernels.h: the decoder stack's description for `decoder_layers`
+STACK_HEADER, MAX_PARTS = 5, 3
+MATRIX_RECORD = 4 + 3 * MAX_PARTS
+_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # a part's kind; 16 + f: blocks
+_BLOCKS = 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -24,6 +29,17 @@ class BlockPanels:
     format: int
     data: torch.Tensor  # uint8: the panels' super-blocks, one after the other
     in_features: int
+
+
+@dataclass(frozen=True, eq=False)
+class Stack:
+    """A model's decoder layers described for `decoder_layers` (kernels.h: addresses of its
+    weights, so `held` keeps the tensors alive), with its sizes."""
+
+    numbers: torch.Tensor  # int64: STACK_HEADER, then a record per layer
+    held: list
+    hidden: int
+    num_heads: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -131,6 +147,54 @@ class CKernels:
                 torch.get_num_threads())
             assert status == 0, status
         return y
+
+    def stack(self, sizes: tuple[int, int, int, int, int], layers: Sequence[tuple]) -> Stack | None:
+        """The decoder layers for `decoder_layers`: sizes (hidden, heads, KV heads, head size,
+        the MLP's inner size); per layer (input norm weight or None, post-attention norm weight,
+        and its qkv, out, gate_up and down `Linear`s). None where the library has no
+        `decoder_layers` (the emulated neon driver of the tests)."""
+        if getattr(self._library, "decoder_layers", None) is None:
+            return None
+        numbers, held = list(sizes), []
+
+        def address(t: torch.Tensor | None) -> int:
+            if t is None:
+                return 0
+            held.append(t.contiguous())
+            return held[-1].data_ptr()
+
+        for input_norm, post_norm, *linears in layers:
+            numbers += [address(input_norm), address(post_norm)]
+            for linear in linears:
+                parts = linear.packed_parts()
+                assert len(parts) <= MAX_PARTS, len(parts)
+                numbers += [linear.in_features, len(parts), address(linear.bias),
+                            linear.out_features]
+                for packed, rows in parts:
+                    if isinstance(packed, BlockPanels):
+                        numbers += [_BLOCKS + packed.format, rows, address(packed.data)]
+                    else:
+                        numbers += [_KIND[packed.dtype], rows, address(packed)]
+                numbers += [0, 0, 0] * (MAX_PARTS - len(parts))
+        return Stack(torch.tensor(numbers, dtype=torch.int64), held, sizes[0], sizes[1])
+
+    def decoder_layers(self, stack: Stack, x: torch.Tensor, caches: "_Caches",
+                       layers: Sequence[int], cos: torch.Tensor, sin: torch.Tensor,
+                       positions: torch.Tensor, eps: float) -> torch.Tensor:
+        """x: [T, hidden] fp32 through the stack's `layers` in one call (each sequence of the
+        step with at most ROW_INVARIANT_ROWS rows) -> [T, hidden], a new tensor; the caches'
+        new rows are written as `attention` writes them."""
+        rows = caches.caches
+        assert all(c.rows <= ROW_INVARIANT_ROWS for c in rows), [c.rows for c in rows]
+        assert x.shape == (sum(c.rows for c in rows), stack.hidden), (x.shape, stack.hidden)
+        x = x.contiguous().clone()
+        order = torch.tensor(list(layers), dtype=torch.int64)
+        status = self._library.decoder_layers(
+            x.data_ptr(), x.shape[0], stack.numbers.data_ptr(), order.data_ptr(), len(order),
+            *caches.pointers, len(rows), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(),
+            eps, _KV[rows[0].keys.dtype], torch.get_num_threads())
+        assert status == 0, status
+        return x
 
     def attention_inputs(self, caches: Sequence[CacheRows]) -> "_Caches":
         """What `attention` reads of a step's caches, made once for every layer of the step."""

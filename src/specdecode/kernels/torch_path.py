@@ -91,6 +91,9 @@ class TorchKernels:
         return torch.stack([(w @ torch.stack([row, row]).T)[:, 0] for row in x]) if len(x) \
             else x.new_empty(0, out_features)
 
+    def stack(self, sizes: tuple[int, ...], layers: Sequence[tuple]) -> None:
+        return None  # the layers run one operation at a time
+
     def attention_inputs(self, caches: Sequence[CacheRows]) -> Sequence[CacheRows]:
         return caches
 

@@ -45,6 +45,10 @@ class Linear:
         """(dtype, output rows) of each stacked part."""
         return list(zip(self._kinds, self._rows))
 
+    def packed_parts(self) -> list[tuple[object, int]]:
+        """(the weight as `kernels.pack` laid it out, output rows) of each stacked part."""
+        return list(zip(self._packed, self._rows))
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x: [T, in] fp32 -> [T, out] fp32."""
         ys = [self.kernels.linear(x, p, rows) for p, rows in zip(self._packed, self._rows)]

@@ -5,7 +5,8 @@ gate/up projections are fused into one matrix each, so a decoder layer is four m
 The KV cache is static (`cache.StaticKVCache`): rollback moves a length, nothing is freed.
 One code path scores 1..K+1 new tokens with a causal mask over the cached prefix; every operation
 of a step runs on one kernel path (`kernels`), which computes a token the same way whatever the
-number of tokens in the step.
+number of tokens in the step. On the C paths the loop over the layers runs inside the kernels
+(`decoder_layers`: the same operations in the same order, one call a step).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from .. import kernels as kernel_paths
 from ..core.cache import StaticKVCache
 from ..core.tree import TokenTree
-from ..kernels import CacheRows, Kernels
+from ..kernels import ROW_INVARIANT_ROWS, CacheRows, Kernels
 from ..quant import QuantTensor
 from ..rope import frequencies, tables
 from .linear import Linear
@@ -115,6 +116,11 @@ class NativeLlama:
         self._lm_head = self._linear(self.lm_head)
         self.layers = [self._layer(weights, f"model.layers.{i}.", get, optional)
                        for i in range(self.num_layers)]
+        # the layers in one kernel call where the path has one (bitwise what the loop gives)
+        self._stack = self.kernels.stack(
+            (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
+             config.intermediate_size),
+            [(w.input_norm, w.post_norm, w.qkv, w.out, w.gate_up, w.down) for w in self.layers])
         self._inv_freq, self._rope_scale = frequencies(config)
         self._rope_cache(1024)
         formats = {str(kind).removeprefix("torch.") for linear in self.linears()
@@ -289,13 +295,18 @@ class NativeLlama:
         caches = k.attention_inputs([CacheRows(seg.cache.keys, seg.cache.values, start,
                                                seg.rows, seg.mask)
                                      for seg, start in zip(segments, starts)])
-        for i in range(self.num_layers) if layers is None else layers:
-            w = self.layers[i]
-            h = x if w.input_norm is None else k.rms_norm(x, w.input_norm, self.eps)
-            o = k.attention(w.qkv(h), caches, i, self._cos, self._sin, positions,
-                            self.num_heads)  # [rows, heads d]
-            x = x + w.out(o)
-            x = x + w.down(k.silu_mul(w.gate_up(k.rms_norm(x, w.post_norm, self.eps))))
+        order = range(self.num_layers) if layers is None else layers
+        if self._stack is not None and all(seg.rows <= ROW_INVARIANT_ROWS for seg in segments):
+            x = k.decoder_layers(self._stack, x, caches, order, self._cos, self._sin, positions,
+                                 self.eps)
+        else:
+            for i in order:
+                w = self.layers[i]
+                h = x if w.input_norm is None else k.rms_norm(x, w.input_norm, self.eps)
+                o = k.attention(w.qkv(h), caches, i, self._cos, self._sin, positions,
+                                self.num_heads)  # [rows, heads d]
+                x = x + w.out(o)
+                x = x + w.down(k.silu_mul(w.gate_up(k.rms_norm(x, w.post_norm, self.eps))))
         for seg, start in zip(segments, starts):
             seg.cache.length = start + seg.rows
         return x if self.norm is None else k.rms_norm(x, self.norm, self.eps)

@@ -48,6 +48,25 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
               const float *sin, const int64_t *positions, float *out, int64_t H, int64_t G,
               int64_t d, int kv_f16, int threads);
 
+/* The decoder layers `layers[0..n_layers-1]` (indices into `stack`) of a Llama-family model on
+ * its residual stream x: [T, hidden], updated in place (layers.c); the caches and rows as for
+ * `attention`, which each layer calls with its own index. Every sequence has at most 64 rows.
+ * stack: STACK_HEADER numbers (hidden, heads H, KV heads G, head size d, the MLP's inner size),
+ * then LAYER_RECORD numbers per layer: the addresses of its input norm's weight (0: none) and its
+ * post-attention norm's, then MATRIX_RECORD numbers for each of qkv, out, gate_up and down: in
+ * features, parts (1..MAX_PARTS, stacked by rows), the address of an fp32 bias (0: none), out
+ * features, then per part its kind (0 fp32, 1 bf16, 2 fp16 panels, 16 + f: block format f, as
+ * packed for `linear_quant`), its rows and its data's address. */
+#define STACK_HEADER 5
+#define MAX_PARTS 3
+#define MATRIX_RECORD (4 + 3 * MAX_PARTS)
+#define LAYER_RECORD (2 + 4 * MATRIX_RECORD)
+int decoder_layers(float *x, int64_t T, const int64_t *stack, const int64_t *layers,
+                   int64_t n_layers, void *const *caches_k, void *const *caches_v,
+                   const int64_t *capacity, const int64_t *starts, const int64_t *rows,
+                   const uint8_t *const *masks, int64_t S, const float *cos, const float *sin,
+                   const int64_t *positions, float eps, int kv_f16, int threads);
+
 /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w; x, out: [T, H]; H a multiple of 16. */
 int rms_norm(const float *x, const float *w, float *out, int64_t T, int64_t H, float eps);
 

@@ -1,0 +1,93 @@
+/* The decoder stack of a Llama-family model in one call: what `models/llama.py` runs layer by
+ * layer in Python (`NativeLlama.run_segments`), with the same kernels in the same order, so the
+ * numbers are bitwise the same; a step then crosses from Python to C once, not some eight times
+ * a layer. Arguments and the model's description (`stack`): kernels.h.
+ *
+ * A layer, on the residual stream x:
+ *     h = rms_norm(x, input_norm)            (h = x where the layer has no input norm)
+ *     o = attention(h @ qkv.T (+ bias))      (rotary embedding, cache write, softmax)
+ *     x = x + (o @ out.T (+ bias))
+ *     x = x + (silu_mul(rms_norm(x, post_norm) @ gate_up.T) @ down.T)
+ * A matrix made of parts (q, k and v of a mixed-format file) is computed part by part, the parts'
+ * columns side by side; a bias is added after the product, as torch adds it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+enum { F32 = 0, BF16 = 1, F16 = 2, BLOCKS = 16 }; /* a part's kind; BLOCKS + f: block format f */
+
+/* y = x @ w.T for one part: [T, I] -> [T, rows] */
+static int part(int64_t kind, const void *w, const float *x, float *y, int64_t T, int64_t I,
+                int64_t rows, int threads) {
+    if (kind == F32) return linear_f32(x, w, y, T, I, rows, threads);
+    if (kind == BF16) return linear_bf16(x, w, y, T, I, rows, threads);
+    if (kind == F16) return linear_f16(x, w, y, T, I, rows, threads);
+    return linear_quant(x, w, y, T, I, rows, (int)(kind - BLOCKS), threads);
+}
+
+/* y = x @ m.T (+ bias) for the matrix described at m (kernels.h): [T, in] -> [T, out]; `spare`
+ * holds a part's product while it is put in its columns */
+static int matrix(const int64_t *m, const float *x, float *y, float *spare, int64_t T,
+                  int threads) {
+    const int64_t I = m[0], parts = m[1], out = m[3];
+    const float *bias = (const float *)(intptr_t)m[2];
+    int status = 0;
+    for (int64_t p = 0, column = 0; p < parts && !status; p++) {
+        const int64_t kind = m[4 + 3 * p], rows = m[5 + 3 * p];
+        const void *w = (const void *)(intptr_t)m[6 + 3 * p];
+        if (parts == 1) {
+            status = part(kind, w, x, y, T, I, rows, threads);
+            break;
+        }
+        status = part(kind, w, x, spare, T, I, rows, threads);
+        for (int64_t t = 0; t < T; t++)
+            memcpy(y + t * out + column, spare + t * rows, sizeof(float) * (size_t)rows);
+        column += rows;
+    }
+    if (bias)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t o = 0; o < out; o++) y[t * out + o] += bias[o];
+    return status;
+}
+
+static void add(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+int decoder_layers(float *x, int64_t T, const int64_t *stack, const int64_t *layers,
+                   int64_t n_layers, void *const *caches_k, void *const *caches_v,
+                   const int64_t *capacity, const int64_t *starts, const int64_t *rows,
+                   const uint8_t *const *masks, int64_t S, const float *cos, const float *sin,
+                   const int64_t *positions, float eps, int kv_f16, int threads) {
+    const int64_t hidden = stack[0], H = stack[1], G = stack[2], d = stack[3], inner = stack[4];
+    const int64_t qkv_width = (H + 2 * G) * d, widest = 2 * inner > qkv_width ? 2 * inner : qkv_width;
+    const int64_t middle = inner > H * d ? inner : H * d;
+    /* h, qkv (or gate_up), attention's output (or silu_mul's), a product, a part's product */
+    float *memory = malloc(sizeof(float) * (size_t)(T * (2 * hidden + 2 * widest + middle)));
+    if (!memory) return 2;
+    float *h = memory, *wide = h + T * hidden, *o = wide + T * widest, *y = o + T * middle;
+    float *spare = y + T * hidden;
+    int status = 0;
+    for (int64_t l = 0; l < n_layers && !status; l++) {
+        const int64_t *layer = stack + STACK_HEADER + layers[l] * LAYER_RECORD;
+        const float *input_norm = (const float *)(intptr_t)layer[0];
+        const float *post_norm = (const float *)(intptr_t)layer[1];
+        const int64_t *qkv = layer + 2, *out = qkv + MATRIX_RECORD;
+        const int64_t *gate_up = out + MATRIX_RECORD, *down = gate_up + MATRIX_RECORD;
+        if (input_norm) status |= rms_norm(x, input_norm, h, T, hidden, eps);
+        status |= matrix(qkv, input_norm ? h : x, wide, spare, T, threads);
+        status |= attention(wide, caches_k, caches_v, capacity, starts, rows, masks, S, layers[l],
+                            cos, sin, positions, o, H, G, d, kv_f16, threads);
+        status |= matrix(out, o, y, spare, T, threads);
+        add(x, y, T * hidden);
+        status |= rms_norm(x, post_norm, h, T, hidden, eps);
+        status |= matrix(gate_up, h, wide, spare, T, threads);
+        status |= silu_mul(wide, o, T, inner);
+        status |= matrix(down, o, y, spare, T, threads);
+        add(x, y, T * hidden);
+    }
+    free(memory);
+    return status;
+}
