@@ -22,7 +22,7 @@ from .. import kernels as kernel_paths
 from ..core.cache import StaticKVCache
 from ..core.tree import TokenTree
 from ..kernels import ROW_INVARIANT_ROWS, CacheRows, Kernels
-from ..quant import QuantTensor
+from ..quant import FORMATS, QuantTensor, decode
 from ..rope import frequencies, tables
 from .linear import Linear
 
@@ -200,7 +200,10 @@ class NativeLlama:
     def embedding(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens: [T] int64 -> their input vectors [T, H] (fp32)."""
         if isinstance(self.embed, QuantTensor):
-            return self.embed.take(tokens.numpy()).dequantize()
+            rows = self.embed.take(tokens.numpy())
+            if rows.qtype in FORMATS:  # gguf's numbers, read in a few array operations
+                return torch.from_numpy(decode(rows).values())
+            return rows.dequantize()
         return self.embed[tokens].float()
 
     @torch.inference_mode()
