@@ -68,20 +68,31 @@ static uint16_t f32_to_f16(float x) {
     return (uint16_t)(sign | (kept + (rest > 0x1000 || (rest == 0x1000 && (kept & 1)))));
 }
 
-/* scores[from + k] = q · keys[seen[from + k]] * scale for k < VL: one accumulator per key over d
- * in order, then the VL sums at once (vsums adds every key's lanes in the same order, so a key's
- * score does not depend on the keys it is scored with) */
-ALWAYS_INLINE void score_keys(const int F16, const float *q, const void *keys,
+/* scores[r stride + from + k] = q_r · keys[seen[from + k]] * scale for k < VL and NR heads r
+ * (q_r = q + r d, NR <= SCORE_HEADS) that share the keys: each key vector is read once for all of
+ * them, SCORE_KEYS keys at a time (their accumulators fit the registers); one accumulator per head
+ * and key over d in order, then the VL sums of each head at once (vsums adds every key's lanes in
+ * the same order, so a key's score depends on nothing it is scored with) */
+ALWAYS_INLINE void score_keys(const int F16, const int NR, const float *q, const void *keys,
                               const int64_t *seen, int64_t from, int64_t d, vf scale,
-                              float *scores) {
-    vf acc[VL];
-    for (int k = 0; k < VL; k++) acc[k] = vzero();
-    for (int64_t i = 0; i < d; i += VL) {
-        const vf qi = vload(q + i);
-        for (int k = 0; k < VL; k++)
-            acc[k] = vfma(qi, kv_load(F16, keys, seen[from + k] * d + i), acc[k]);
+                              float *scores, int64_t stride) {
+    vf sums[SCORE_HEADS][VL];
+    for (int part = 0; part < VL; part += SCORE_KEYS) {
+        vf acc[SCORE_HEADS][SCORE_KEYS];
+        for (int r = 0; r < NR; r++)
+            for (int k = 0; k < SCORE_KEYS; k++) acc[r][k] = vzero();
+        for (int64_t i = 0; i < d; i += VL) {
+            vf qi[SCORE_HEADS];
+            for (int r = 0; r < NR; r++) qi[r] = vload(q + r * d + i);
+            for (int k = 0; k < SCORE_KEYS; k++) {
+                const vf key = kv_load(F16, keys, seen[from + part + k] * d + i);
+                for (int r = 0; r < NR; r++) acc[r][k] = vfma(qi[r], key, acc[r][k]);
+            }
+        }
+        for (int r = 0; r < NR; r++)
+            for (int k = 0; k < SCORE_KEYS; k++) sums[r][part + k] = acc[r][k];
     }
-    vstore(scores + from, vmul(vsums(acc), scale));
+    for (int r = 0; r < NR; r++) vstore(scores + r * stride + from, vmul(vsums(sums[r]), scale));
 }
 
 /* out_r[i..i+WIDTH) = sum over j of p_r[j] values[seen[j]][i..i+WIDTH) for NR heads r (p_r =
@@ -119,8 +130,9 @@ ALWAYS_INLINE void attend(const int F16, const int NR, const float *q, const voi
     for (int64_t j = 0; j < n; j += VL) { /* a block of keys, in cache, for every head */
         for (int64_t k = j + AHEAD; k < j + AHEAD + VL && k < n; k++)
             kv_prefetch(F16, keys, seen[k] * d, d);
-        for (int r = 0; r < NR; r++)
-            score_keys(F16, q + r * d, keys, seen, j, d, scale, scores + r * stride);
+        for (int r = 0; r < NR; r += SCORE_HEADS)
+            score_keys(F16, NR - r < SCORE_HEADS ? NR - r : SCORE_HEADS, q + r * d, keys, seen, j,
+                       d, scale, scores + r * stride, stride);
     }
     vf norm[ATTENTION_HEADS];
     for (int r = 0; r < NR; r++) {

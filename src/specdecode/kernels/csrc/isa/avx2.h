@@ -12,8 +12,12 @@
 #define QROWS_PER_TILE 2
 #define QMAX_PANELS 2
 #define QPANELS_FOR(rows) 2
-/* query heads of one KV group that attention.c scores together (their value accumulators fit) */
+/* query heads of one KV group whose values attention.c weighs together (their value accumulators fit) */
 #define ATTENTION_HEADS 2
+/* query heads of a KV group attention.c scores together, and keys at a time:
+ * one head's 8 accumulators, its query and a key already take 10 of the 16 registers */
+#define SCORE_HEADS 1
+#define SCORE_KEYS VL
 
 #define X86(op) _mm256_##op /* the intrinsics' prefix, for x86.h */
 #define HALF_LOAD(p) _mm_loadu_si128((const __m128i *)(p)) /* VL 16-bit values */

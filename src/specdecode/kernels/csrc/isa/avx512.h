@@ -16,8 +16,12 @@
 #define QROWS_PER_TILE 4
 #define QMAX_PANELS 4
 #define QPANELS_FOR(rows) ((rows) <= 2 ? 4 : 2)
-/* query heads of one KV group that attention.c scores together (their value accumulators fit) */
+/* query heads of one KV group whose values attention.c weighs together (their value accumulators fit) */
 #define ATTENTION_HEADS 4
+/* query heads of a KV group attention.c scores together, and keys at a time:
+ * 3 heads x 8 keys of accumulators, their queries and a key: 28 of the 32 registers */
+#define SCORE_HEADS 3
+#define SCORE_KEYS 8
 
 #define X86(op) _mm512_##op /* the intrinsics' prefix, for x86.h */
 #define HALF_LOAD(p) _mm256_loadu_si256((const __m256i *)(p)) /* VL 16-bit values */

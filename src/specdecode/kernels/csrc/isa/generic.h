@@ -12,8 +12,12 @@
 #define QROWS_PER_TILE 4
 #define QMAX_PANELS 2
 #define QPANELS_FOR(rows) ((rows) <= 2 ? 2 : 1)
-/* query heads of one KV group that attention.c scores together (their value accumulators fit) */
+/* query heads of one KV group whose values attention.c weighs together (their value accumulators fit) */
 #define ATTENTION_HEADS 2
+/* query heads of a KV group attention.c scores together, and keys at a time:
+ * plain C: what the compiler keeps in registers is its own choice */
+#define SCORE_HEADS 1
+#define SCORE_KEYS VL
 
 typedef struct { float lane[VL]; } vf;
 

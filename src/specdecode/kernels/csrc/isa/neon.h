@@ -12,8 +12,12 @@
 #define QROWS_PER_TILE 4
 #define QMAX_PANELS 4
 #define QPANELS_FOR(rows) ((rows) <= 2 ? 4 : 2)
-/* query heads of one KV group that attention.c scores together (their value accumulators fit) */
+/* query heads of one KV group whose values attention.c weighs together (their value accumulators fit) */
 #define ATTENTION_HEADS 4
+/* query heads of a KV group attention.c scores together, and keys at a time:
+ * 4 heads x 4 keys of accumulators, their queries and a key: 21 of the 32 registers */
+#define SCORE_HEADS 4
+#define SCORE_KEYS VL
 
 #define VEC(op) v##op##q_f32 /* vadd, vsub, .. in simd.h */
 typedef float32x4_t vf;
