@@ -174,3 +174,25 @@ def test_sample_is_reproducible_for_a_seeded_generator():
     a = sample(probs, torch.Generator().manual_seed(7))
     b = sample(probs, torch.Generator().manual_seed(7))
     assert torch.equal(a, b)
+
+
+def test_sample_draws_each_token_with_its_probability_and_never_an_impossible_one():
+    """A goodness-of-fit test of 40k draws (rows of one batched call and calls of one row), with
+    its power check: the same test rejects the draws against a distribution 2 points away."""
+    from scipy.stats import chisquare
+
+    probs = torch.tensor([0.05, 0.0, 0.4, 0.25, 0.0, 0.3])
+    gen = torch.Generator().manual_seed(3)
+    draws = torch.cat([sample(probs.expand(1000, 6), gen) for _ in range(30)]
+                      + [sample(probs, gen).reshape(1) for _ in range(10000)])
+    counts = torch.bincount(draws, minlength=6)
+    assert counts[1] == 0 and counts[4] == 0
+    support = probs > 0
+    observed = counts[support].double().numpy()
+
+    def fit(p: list[float]) -> float:
+        expected = torch.tensor(p, dtype=torch.float64)
+        return chisquare(observed, (expected / expected.sum() * len(draws)).numpy()).pvalue
+
+    assert fit([0.05, 0.4, 0.25, 0.3]) > 1e-3
+    assert fit([0.07, 0.38, 0.25, 0.3]) < 1e-6
