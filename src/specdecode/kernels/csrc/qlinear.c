@@ -161,16 +161,23 @@ static void quantize_task(void *context, int thread, int threads) {
     for (long long r = begin; r < end; r++) quantize_block(job->x + r * BLOCK, job->out + r);
 }
 
-/* rows 0..rows-1 of x against panels p..p+nb-1 (rows, nb, f constants after inlining) */
+/* rows 0..rows-1 of x against panels p..p+nb-1 (rows, nb, f constants after inlining). `next`:
+ * the next `ahead` bytes of weights this thread will read (or NULL), requested a share per block
+ * so that they arrive while this tile computes: from memory, the first tile of rows over a panel
+ * group would otherwise wait for its weights, then compute, never both at once. */
 ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct xblock *x,
-                        const uint8_t *w, float *y, int64_t I, int64_t O, int64_t p) {
+                        const uint8_t *w, float *y, int64_t I, int64_t O, int64_t p,
+                        const uint8_t *next, int64_t ahead) {
     const int64_t blocks = I / BLOCK, per_super = blocks_per_super(f);
-    const int64_t supers = blocks / per_super;
+    const int64_t supers = blocks / per_super, share = (ahead + blocks - 1) / blocks;
     vf acc[QROWS_PER_TILE][QMAX_PANELS];
     for (int t = 0; t < rows; t++)
         for (int n = 0; n < nb; n++) acc[t][n] = vzero();
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t j = b % per_super;
+        if (next)
+            for (int64_t byte = b * share; byte < (b + 1) * share && byte < ahead; byte += 64)
+                __builtin_prefetch(next + byte);
         vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
         const uint8_t *quants[QMAX_PANELS];
         for (int n = 0; n < nb; n++) {
@@ -221,7 +228,8 @@ struct qlinear_job {
 
 /* `rows` rows against `nb` panels, both constants; nb <= QPANELS_FOR(rows) as in linear.c */
 #define PANELS(ROWS, NB) case NB: \
-    if (NB <= QMAX_PANELS && NB <= QPANELS_FOR(ROWS)) tile(f, ROWS, NB, xr, job->w, yr, I, O, p); \
+    if (NB <= QMAX_PANELS && NB <= QPANELS_FOR(ROWS)) \
+        tile(f, ROWS, NB, xr, job->w, yr, I, O, p, next, ahead); \
     break;
 /* the switch below has cases for tiles of up to 4 rows and 4 panels */
 _Static_assert(QROWS_PER_TILE <= 4 && QMAX_PANELS <= 4, "add cases to qlinear_share");
@@ -237,11 +245,15 @@ ALWAYS_INLINE void qlinear_share(const struct qlinear_job *job, int thread, int 
     const int64_t rows = T < QROWS_PER_TILE ? T : QROWS_PER_TILE, group = QPANELS_FOR(rows);
     long long begin, end;
     share(P, thread, threads, &begin, &end);
+    const int64_t panel_bytes = blocks / blocks_per_super(f) * super_bytes(f);
     for (int64_t p = begin; p < end; p += group) {
         const int nb = p + group <= end ? (int)group : (int)(end - p);
+        const int64_t ahead = ((end - p - nb < group ? end - p - nb : group)) * panel_bytes;
         for (int64_t r = 0; r < T; r += rows) {
             const struct xblock *xr = job->x + r * blocks;
             float *yr = job->y + r * O;
+            /* the first tile of rows brings the next panel group's weights in */
+            const uint8_t *next = r == 0 && ahead > 0 ? job->w + (p + nb) * panel_bytes : NULL;
             switch (T - r < rows ? T - r : rows) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) }
         }
     }
