@@ -2,7 +2,8 @@
 
 Which paths the machine runs is asked of the compiler, not of /proc/cpuinfo (which only Linux
 has): `cc -march=native -dM -E` (`-mcpu=native` where the compiler wants that) lists the macros
-it predefines for the host CPU, such as `__AVX512F__`, `__AVX2__` or `__ARM_NEON`. Each path is
+it predefines for the host CPU, such as `__AVX512F__`, `__AVX2__` or `__ARM_NEON`; AMX is also
+asked of the OS, which must grant a process the tiles' register state. Each path is
 then compiled with the flags of its own instruction set only, so that `avx2` built on an AVX-512
 machine is what an AVX2-only machine runs. Libraries are cached under `cache_dir()/kernels`,
 keyed by the sources, the compiler and the flags.
@@ -16,20 +17,24 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from ..storage import cache_dir
 
 SOURCES = Path(__file__).parent / "csrc"
 HEADER = SOURCES / "kernels.h"
-C_PATHS = ("avx512vnni", "avx512", "avx2", "neon", "generic")  # in order of preference
+C_PATHS = ("avx512amx", "avx512vnni", "avx512", "avx2", "neon", "generic")  # by preference
+_VNNI = ["-DSPECDECODE_AVX512", "-DSPECDECODE_VNNI", "-mavx512f", "-mavx512bw", "-mavx512vnni",
+         "-mavx2", "-mfma", "-mf16c"]
 # the path's instruction set and nothing else of the host's
 FLAGS = {
-    "avx512vnni": ["-DSPECDECODE_AVX512", "-DSPECDECODE_VNNI", "-mavx512f", "-mavx512bw",
-                   "-mavx512vnni", "-mavx2", "-mfma", "-mf16c"],
+    "avx512amx": [*_VNNI, "-DSPECDECODE_AMX", "-mamx-tile", "-mamx-int8"],
+    "avx512vnni": _VNNI,
     "avx512": ["-DSPECDECODE_AVX512", "-mavx512f", "-mavx512bw", "-mavx2", "-mfma", "-mf16c"],
     "avx2": ["-DSPECDECODE_AVX2", "-mavx2", "-mfma", "-mf16c"],
     "neon": ["-DSPECDECODE_NEON"],
@@ -37,6 +42,7 @@ FLAGS = {
 }
 # macros the compiler predefines for the host CPU when it runs the path
 REQUIRES = {
+    "avx512amx": ("__AVX512F__", "__AVX512BW__", "__AVX512VNNI__", "__AMX_TILE__", "__AMX_INT8__"),
     "avx512vnni": ("__AVX512F__", "__AVX512BW__", "__AVX512VNNI__"),
     "avx512": ("__AVX512F__", "__AVX512BW__"),
     "avx2": ("__AVX2__", "__FMA__", "__F16C__"),
@@ -77,7 +83,20 @@ def runnable_paths(cc: str) -> list[str]:
     macros = host_macros(cc)
     if macros is None:
         return []
-    return [path for path in C_PATHS if all(m in macros for m in REQUIRES[path])]
+    return [path for path in C_PATHS if all(m in macros for m in REQUIRES[path])
+            and (path != "avx512amx" or os_grants_amx())]
+
+
+@functools.cache
+def os_grants_amx() -> bool:
+    """True when the OS gives this process AMX's tile state (Linux does only when asked, once per
+    process: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); the kernels ask again and take
+    their vector tile if refused."""
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18
+    return libc.syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
 
 
 def build(path: str, cc: str, openmp: bool = True) -> Path:

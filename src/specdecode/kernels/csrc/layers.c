@@ -62,7 +62,8 @@ int decoder_layers(float *x, int64_t T, const int64_t *stack, const int64_t *lay
                    const uint8_t *const *masks, int64_t S, const float *cos, const float *sin,
                    const int64_t *positions, float eps, int kv_f16, int threads) {
     const int64_t hidden = stack[0], H = stack[1], G = stack[2], d = stack[3], inner = stack[4];
-    const int64_t qkv_width = (H + 2 * G) * d, widest = 2 * inner > qkv_width ? 2 * inner : qkv_width;
+    const int64_t qkv_width = (H + 2 * G) * d;
+    const int64_t widest = 2 * inner > qkv_width ? 2 * inner : qkv_width;
     const int64_t middle = inner > H * d ? inner : H * d;
     /* h, qkv (or gate_up), attention's output (or silu_mul's), a product, a part's product */
     float *memory = malloc(sizeof(float) * (size_t)(T * (2 * hidden + 2 * widest + middle)));

@@ -119,9 +119,9 @@ ALWAYS_INLINE vi dot(const int f, vi acc, vi u, vi x) {
 }
 
 /* a block of 32 values of a row of x, rounded: x ~ d q; sum: of all q, of the first and of the
- * last 16 */
+ * last 16; dsum = d sum[0] (what the block's w0 is multiplied with) */
 struct xblock {
-    float d;
+    float d, dsum;
     int32_t sum[3];
     int8_t q[BLOCK];
 };
@@ -146,6 +146,7 @@ static void quantize_block(const float *v, struct xblock *b) {
         b->sum[1 + k / 16] += b->q[k];
     }
     b->sum[0] = b->sum[1] + b->sum[2];
+    b->dsum = b->d * (float)b->sum[0];
 }
 
 struct quantize_job {
@@ -207,7 +208,7 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
                 for (int n = 0; n < nb; n++) {
                     const vi s = offset(f) ? visub(isum[t][n], off) : isum[t][n];
                     acc[t][n] = vfma(vcvt(s), vmul(D[n][h], dx), acc[t][n]);
-                    if (has_w0(f)) acc[t][n] = vfma(w0[n], vset1(xb->d * (float)xb->sum[0]), acc[t][n]);
+                    if (has_w0(f)) acc[t][n] = vfma(w0[n], vset1(xb->dsum), acc[t][n]);
                 }
             }
         }
@@ -265,6 +266,10 @@ TASK(Q8_0) TASK(Q4_0) TASK(Q4_1) TASK(Q5_0) TASK(Q5_1) TASK(Q4_K) TASK(Q5_K) TAS
 static const task_fn TASKS[FORMATS] = {task_Q8_0, task_Q4_0, task_Q4_1, task_Q5_0,
                                        task_Q5_1, task_Q4_K, task_Q5_K, task_Q6_K};
 
+#ifdef SPECDECODE_AMX
+#include "isa/amx.h" /* amx_linear: the same products in matrix tiles, for calls of many rows */
+#endif
+
 const char *kernel_format(int format) {
     return format >= 0 && format < FORMATS ? FORMAT_NAMES[format] : NULL;
 }
@@ -273,6 +278,9 @@ int linear_quant(const float *x, const uint8_t *w, float *y, int64_t T, int64_t 
                  int format, int threads) {
     if (T < 1 || format < 0 || format >= FORMATS) return 1;
     if (I % (BLOCK * blocks_per_super(format))) return 2;
+#ifdef SPECDECODE_AMX
+    if (T >= AMX_MIN_ROWS && amx_usable()) return amx_linear(x, w, y, T, I, O, format, threads);
+#endif
     struct xblock *xq = malloc(sizeof *xq * (size_t)(T * (I / BLOCK)));
     if (!xq) return 3;
     struct quantize_job rounding = {x, xq, T * (I / BLOCK)};

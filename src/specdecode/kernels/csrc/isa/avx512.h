@@ -1,8 +1,11 @@
-/* AVX-512 F and BW (with VNNI's dot-product instruction where SPECDECODE_VNNI is defined): 16 fp32
+/* AVX-512 F and BW (with VNNI's dot-product instruction where SPECDECODE_VNNI is defined, and AMX's
+ * matrix tiles for the block formats' long calls where SPECDECODE_AMX is: isa/amx.h): 16 fp32
  * lanes, 32 vector registers. */
 #include <immintrin.h>
 
-#ifdef SPECDECODE_VNNI
+#ifdef SPECDECODE_AMX
+#define ISA_NAME "avx512amx"
+#elif defined(SPECDECODE_VNNI)
 #define ISA_NAME "avx512vnni"
 #else
 #define ISA_NAME "avx512"
