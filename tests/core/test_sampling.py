@@ -196,3 +196,12 @@ def test_sample_draws_each_token_with_its_probability_and_never_an_impossible_on
 
     assert fit([0.05, 0.4, 0.25, 0.3]) > 1e-3
     assert fit([0.07, 0.38, 0.25, 0.3]) < 1e-6
+
+
+def test_greedy_tokens_are_each_rows_first_maximum():
+    from specdecode.core.sampling import greedy_tokens
+
+    logits = torch.tensor([[0.0, 3.0, 1.0, 3.0], [-1.0, -2.0, -0.5, -3.0]])
+    assert greedy_tokens(logits) == [1, 2]
+    wide = torch.randn(5, 49152, generator=torch.Generator().manual_seed(4))
+    assert greedy_tokens(wide) == wide.argmax(-1).tolist()

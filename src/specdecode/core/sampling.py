@@ -63,6 +63,14 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return probs
 
 
+def greedy_tokens(logits: torch.Tensor) -> list[int]:
+    """The argmax of each row (the first of equal maxima), logits: [R, V] -> R token ids. On the
+    CPU by numpy: torch's reduction took ~65 us a row on a 49k vocabulary, numpy's ~3."""
+    if logits.device.type == "cpu":
+        return logits.detach().numpy().argmax(-1).tolist()
+    return logits.argmax(-1).tolist()
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token id per row, by inverting the cumulative distribution (in float64) at a uniform
     u in [0, total): the first token whose cumulative mass exceeds u, so a token of probability 0

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .sampling import sample
+from .sampling import greedy_tokens, sample
 from .tree import TokenTree
 
 
@@ -41,7 +41,7 @@ def verify_greedy(tree: TokenTree, target_logits: torch.Tensor) -> Verdict:
     target_logits: [N + 1, V], rows [root, node 0, ..., node N-1] (see `tree.TokenTree`)
     """
     assert target_logits.shape[0] == len(tree) + 1, (len(tree), target_logits.shape)
-    best = target_logits.argmax(-1).tolist()  # [N + 1]
+    best = greedy_tokens(target_logits)  # [N + 1]
     tokens = tree.tokens.tolist()
     path: list[int] = []
     row = 0

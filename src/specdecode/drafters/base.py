@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 import torch
 
 from ..core.budget import DraftBudget
-from ..core.sampling import SamplingParams, probabilities, sample
+from ..core.sampling import SamplingParams, greedy_tokens, probabilities, sample
 from ..core.tree import TokenTree
 from ..errors import InvalidParameterError
 
@@ -202,7 +202,7 @@ def draft_chain(
     logits = forward(first)[-1]
     for i in range(length):
         if params.greedy:
-            token = logits.argmax()
+            token = torch.tensor(greedy_tokens(logits[None])[0], device=logits.device)
         else:
             q = probabilities(logits, params)
             qs.append(q)
