@@ -48,13 +48,27 @@ class DraftBudget:
     min_chance: float = 0.0
 
 
-def step_gain(cost: StepCost, accepted: int, nodes: int, context: int,
-              draft_seconds: float) -> float:
+@dataclass(frozen=True)
+class StepShape:
+    """What one target forward held: all its rows, the cached tokens they attend to in all, and
+    its decoding sequences (each confirms at least one token a step)."""
+
+    rows: int
+    cached: int
+    sequences: int
+
+
+def step_gain(cost: StepCost, accepted: int, nodes: int, context: int, draft_seconds: float,
+              shared: StepShape | None = None) -> float:
     """Seconds a drafted step of one sequence saved against plain decoding: its accepted tokens
-    at a plain step's cost, less the drafting and the rows of its `nodes` nodes."""
-    plain = cost.step(1, context)
-    rows = cost.step(1 + nodes, (1 + nodes) * context) - plain
-    return accepted * plain - draft_seconds - rows
+    at what a token costs without its draft, less the drafting and what its `nodes` rows added.
+    Alone (`shared` None) a token costs a plain step; in a step `shared` by several sequences it
+    costs the step (without these rows) over its sequences, and the rows cost what they add to
+    the whole step, so drafting that a lone sequence would profit from can lose in a full batch."""
+    step = shared or StepShape(1 + nodes, (1 + nodes) * context, 1)
+    without = cost.step(step.rows - nodes, step.cached - nodes * context)
+    rows = cost.step(step.rows, step.cached) - without
+    return accepted * without / step.sequences - draft_seconds - rows
 
 
 def min_chance(cost: StepCost, rows: int, cached: int, tokens: int, context: int) -> float:

@@ -23,7 +23,7 @@ from ..drafters.base import EMPTY_DRAFT, Draft, Drafter
 from ..errors import InvalidParameterError, PromptTooLongError
 from ..kernels import ROW_INVARIANT_ROWS
 from ..models.target import Target
-from .budget import allocate, min_chance, step_gain
+from .budget import StepShape, allocate, min_chance, step_gain
 from .cost import StepCost
 from .detokenize import IncrementalText
 from .metrics import RunStats
@@ -124,12 +124,16 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
                  min_chance(cost, 1, seq.length, 1, seq.length))
         planned.append(_Planned(drafter, seq, _propose(target, drafter, seq, price),
                                 clock() - t0))
+    shared = None  # the step's shape, by which a jointly drafted sequence's gain is judged
     if cost is not None:
         drafts = [(p.draft.chances, len(p.draft), p.seq.length) for p in planned]
         counts = (allocate(cost, drafts, prefill_rows, prefill_cached) if jointly
                   else [n for draft in drafts for n in allocate(cost, [draft])])
         for p, n in zip(planned, counts):
             p.draft = p.draft.best(n)
+        if jointly:
+            shared = StepShape(rows + sum(counts), cached + sum(
+                n * p.seq.length for p, n in zip(planned, counts)), len(planned))
     t1 = clock()  # 2 score every pending token and draft (and prompt chunk) in one forward
     hiddens = target.hidden_batch([(p.seq.cache, p.rows, p.draft.tree) for p in planned]
                                   + [(cache, tokens, None) for cache, tokens in chunks])
@@ -141,7 +145,7 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
     hiddens = hiddens[: len(planned)]
     logits = target.logits(torch.cat(hiddens)).split([h.shape[0] for h in hiddens])
     forward_seconds = clock() - t1
-    return [_commit(p, h, lg, forward_seconds, target.max_length, eos_token_ids, cost)
+    return [_commit(p, h, lg, forward_seconds, target.max_length, eos_token_ids, cost, shared)
             for p, h, lg in zip(planned, hiddens, logits)]
 
 
@@ -154,9 +158,10 @@ def _propose(target: Target, drafter: Drafter, seq: Sequence, price: float) -> D
 
 
 def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_seconds: float,
-            max_length: int, eos_token_ids: frozenset[int], cost: StepCost | None) -> Chunk:
+            max_length: int, eos_token_ids: frozenset[int], cost: StepCost | None,
+            shared: StepShape | None) -> Chunk:
     """Verify one sequence's rows (hidden, logits: [N + 1, H], [N + 1, V]) and commit; tell the
-    sequence's gate what a drafted step gained (by `cost`)."""
+    sequence's gate what a drafted step gained (by `cost`, in the `shared` step or alone)."""
     drafter, seq, draft, stats, n = p.drafter, p.seq, p.draft, p.seq.stats, p.seq.length
     t2 = time.perf_counter()
     tree = draft.tree
@@ -180,7 +185,7 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
         seq.limit.update(tree.depth, verdict.accepted)  # all accepted: the deepest level
         if cost is not None and len(tree):
             seq.limit.gate.observe(step_gain(cost, verdict.accepted, len(tree), n,
-                                             p.draft_seconds))
+                                             p.draft_seconds, shared))
     new = tree.path_tokens(list(verdict.path)) + [verdict.token]
     confirmed = len(new)
     for i, token in enumerate(new):
