@@ -162,6 +162,7 @@ struct attention_job {
     void *const *keys, *const *values; /* by row: its sequence's layer cache */
     const int64_t *capacity;            /* by row */
     const int64_t *seen, *first, *count; /* row t sees keys seen[first[t] .. + count[t]] */
+    const int64_t *before;              /* by row: the work of the rows before it (+ one: all) */
     float *out;
     int64_t T, longest, H, G, d;
     int f16, failed;
@@ -173,6 +174,21 @@ struct attention_job {
         attend(F16, NR, q, keys, values, seen, job->count[t], d, scores, stride, out); \
     break;
 
+/* The first of thread i's row-heads: threads take consecutive row-heads of about equal work.
+ * A row's work is its keys, COLD times over for the first row of a sequence: that row reads the
+ * sequence's keys and values from memory, its other rows (a draft, a prompt chunk) find them in
+ * the cache. Split by rows alone, the thread holding one sequence's draft rows would wait for the
+ * other holding several sequences' first rows. */
+#define COLD 2
+static long long work_start(const struct attention_job *job, int i, int threads) {
+    const int64_t T = job->T, H = job->H, goal = job->before[T] * i / threads;
+    if (i >= threads) return (long long)(T * H);
+    int64_t t = 0;
+    while (job->before[t + 1] <= goal) t++;
+    const int64_t head_work = (job->before[t + 1] - job->before[t]) / H;
+    return (long long)(t * H + (goal - job->before[t] + head_work - 1) / head_work);
+}
+
 ALWAYS_INLINE void attention_share(const int F16, struct attention_job *job, int thread,
                                    int threads) {
     const int64_t H = job->H, d = job->d, width = (H + 2 * job->G) * d, group = H / job->G;
@@ -182,8 +198,8 @@ ALWAYS_INLINE void attention_share(const int F16, struct attention_job *job, int
         job->failed = 1; /* several threads may set it: they all write the same value */
         return;
     }
-    long long begin, end;
-    share(job->T * H, thread, threads, &begin, &end);
+    const long long begin = work_start(job, thread, threads);
+    const long long end = work_start(job, thread + 1, threads);
     for (long long th = begin; th < end;) {
         /* this thread's next heads of one row and KV group, at most ATTENTION_HEADS */
         const int64_t t = th / H, h = th % H, g = h / group, cache = g * job->capacity[t] * d;
@@ -225,13 +241,14 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
         longest = end > longest ? end : longest;
     }
     const int64_t width = (H + 2 * G) * d;
-    int64_t *index = malloc(sizeof(int64_t) * (size_t)(seen_total + 3 * T + 1));
+    int64_t *index = malloc(sizeof(int64_t) * (size_t)(seen_total + 4 * T + 2));
     void **by_row = malloc(sizeof(void *) * (size_t)(2 * T + 1));
     if (!index || !by_row) {
         free(index), free(by_row);
         return 2;
     }
     int64_t *first = index + seen_total, *count = first + T, *row_capacity = count + T;
+    int64_t *before = row_capacity + T; /* T + 1 */
     void **row_keys = by_row, **row_values = by_row + T;
     int64_t t = 0, n_seen = 0;
     for (int64_t s = 0; s < S; s++) {
@@ -265,10 +282,12 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
             row_keys[t] = keys;
             row_values[t] = values;
             row_capacity[t] = capacity[s];
+            before[t + 1] = (t ? before[t] : 0) + count[t] * H * (r == 0 ? COLD : 1);
         }
     }
+    before[0] = 0;
     struct attention_job job = {qkv, row_keys, row_values, row_capacity, index, first, count,
-                                out, T, longest, H, G, d, kv_f16, 0};
+                                before, out, T, longest, H, G, d, kv_f16, 0};
     run_parallel(threads, attention_task, &job);
     free(index), free(by_row);
     return job.failed ? 2 : 0;
