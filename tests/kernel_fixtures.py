@@ -15,8 +15,8 @@ import pytest
 from specdecode import kernels
 from specdecode.kernels.native import CKernels
 
-KERNEL_PATHS = ["avx512amx", "avx512vnni", "avx512", "avx2", "neon", "generic", "generic-pthreads",
-                "torch"]
+KERNEL_PATHS = ["avx512amx", "avx512vnni", "avx512", "avx2vnni", "avx2", "neon", "generic",
+                "generic-pthreads", "torch"]
 
 
 @pytest.fixture(scope="session")

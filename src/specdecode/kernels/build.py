@@ -28,7 +28,8 @@ from ..storage import cache_dir
 
 SOURCES = Path(__file__).parent / "csrc"
 HEADER = SOURCES / "kernels.h"
-C_PATHS = ("avx512amx", "avx512vnni", "avx512", "avx2", "neon", "generic")  # by preference
+# by preference
+C_PATHS = ("avx512amx", "avx512vnni", "avx512", "avx2vnni", "avx2", "neon", "generic")
 _VNNI = ["-DSPECDECODE_AVX512", "-DSPECDECODE_VNNI", "-mavx512f", "-mavx512bw", "-mavx512vnni",
          "-mavx2", "-mfma", "-mf16c"]
 # the path's instruction set and nothing else of the host's
@@ -36,6 +37,8 @@ FLAGS = {
     "avx512amx": [*_VNNI, "-DSPECDECODE_AMX", "-mamx-tile", "-mamx-int8"],
     "avx512vnni": _VNNI,
     "avx512": ["-DSPECDECODE_AVX512", "-mavx512f", "-mavx512bw", "-mavx2", "-mfma", "-mf16c"],
+    "avx2vnni": ["-DSPECDECODE_AVX2", "-DSPECDECODE_VNNI", "-mavx2", "-mfma", "-mf16c",
+                 "-mavxvnni"],
     "avx2": ["-DSPECDECODE_AVX2", "-mavx2", "-mfma", "-mf16c"],
     "neon": ["-DSPECDECODE_NEON"],
     "generic": [],
@@ -45,6 +48,7 @@ REQUIRES = {
     "avx512amx": ("__AVX512F__", "__AVX512BW__", "__AVX512VNNI__", "__AMX_TILE__", "__AMX_INT8__"),
     "avx512vnni": ("__AVX512F__", "__AVX512BW__", "__AVX512VNNI__"),
     "avx512": ("__AVX512F__", "__AVX512BW__"),
+    "avx2vnni": ("__AVX2__", "__FMA__", "__F16C__", "__AVXVNNI__"),
     "avx2": ("__AVX2__", "__FMA__", "__F16C__"),
     "neon": ("__aarch64__", "__ARM_NEON"),
     "generic": (),

@@ -12,8 +12,8 @@
 #define SPECDECODE_KERNELS_H
 #include <stdint.h>
 
-/* The instruction set compiled in ("avx512amx", "avx512vnni", "avx512", "avx2", "neon",
- * "generic"). */
+/* The instruction set compiled in ("avx512amx", "avx512vnni", "avx512", "avx2vnni", "avx2",
+ * "neon", "generic"). */
 const char *kernel_isa(void);
 /* How rows are spread over threads: "OpenMP" or "pthreads". */
 const char *kernel_threading(void);

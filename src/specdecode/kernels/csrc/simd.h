@@ -15,7 +15,8 @@
  *   vround(a)            round to the nearest integer (ties to even)
  *   vpow2i(n)            2^n for integral n in [-126, 127]
  *   vselect_lt(a, b, x, y)  x where a < b, else y, lane by lane
- *   ISA_NAME             "avx512", "avx2", "neon" or "generic" (and variants: "avx512vnni", "avx512amx")
+ *   ISA_NAME             "avx512", "avx2", "neon" or "generic" (and variants: "avx512vnni",
+ *                        "avx512amx", "avx2vnni")
  *   ROWS_PER_TILE, MAX_PANELS, PANELS_FOR(rows)
  *                        the linear kernel's tile: rows of x times panels held in registers
  *   QROWS_PER_TILE, QMAX_PANELS, QPANELS_FOR(rows)   the same for the block formats

@@ -1,7 +1,12 @@
-/* AVX2 + FMA: 8 fp32 lanes, 16 vector registers. */
+/* AVX2 + FMA (with AVX-VNNI's dot-product instruction where SPECDECODE_VNNI is defined: Intel's
+ * AVX2 cores since Alder Lake, which have no AVX-512): 8 fp32 lanes, 16 vector registers. */
 #include <immintrin.h>
 
+#ifdef SPECDECODE_VNNI
+#define ISA_NAME "avx2vnni"
+#else
 #define ISA_NAME "avx2"
+#endif
 #define VL 8
 /* 4 x 3 accumulators, 3 weight vectors and one broadcast fill the 16 registers; of the tiles that
  * fit, this one measured fastest for steps of 4-16 rows (BENCHMARKS.md, kernel paths) */
@@ -23,6 +28,7 @@
 #define HALF_LOAD(p) _mm_loadu_si128((const __m128i *)(p)) /* VL 16-bit values */
 #define BYTE_LOAD(p) _mm_loadl_epi64((const __m128i *)(p)) /* VL bytes */
 #define SI(op) _mm256_##op##_si256
+#define DPBUSD _mm256_dpbusd_avx_epi32 /* AVX-VNNI (VEX encoded) */
 typedef __m256i vi;
 #define CAST_PS _mm256_castsi256_ps
 typedef __m256 vf;
@@ -54,6 +60,7 @@ static inline vf vround(vf a) {
 static inline vf vselect_lt(vf a, vf b, vf x, vf y) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_LT_OQ));
 }
+#ifndef SPECDECODE_VNNI /* (with VNNI, Q8_0's u dots in one instruction as it is) */
 /* Q8_0's (u - 128) x in one vpmaddubsw: q = u - 128 as a signed byte, |q| times x with q's sign
  * (|q| <= 128, so a pair's sum stays below 32768) */
 #define VDOT4_CENTERED
@@ -61,3 +68,4 @@ static inline vi vdot4_centered(vi acc, vi u, vi x) {
     const vi q = _mm256_xor_si256(u, vbytes(0x80));
     return vdot4(acc, _mm256_abs_epi8(q), _mm256_sign_epi8(x, q));
 }
+#endif

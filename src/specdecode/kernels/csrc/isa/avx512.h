@@ -30,6 +30,7 @@
 #define HALF_LOAD(p) _mm256_loadu_si256((const __m256i *)(p)) /* VL 16-bit values */
 #define BYTE_LOAD(p) _mm_loadu_si128((const __m128i *)(p)) /* VL bytes */
 #define SI(op) _mm512_##op##_si512
+#define DPBUSD _mm512_dpbusd_epi32 /* AVX-512 VNNI */
 typedef __m512i vi;
 #define CAST_PS _mm512_castsi512_ps
 typedef __m512 vf;

@@ -40,7 +40,7 @@ static inline vi vbroadcast4(const int8_t *p) {
     return X86(set1_epi32)(four);
 }
 #ifdef SPECDECODE_VNNI /* one instruction, no intermediate rounding or saturation */
-static inline vi vdot4(vi acc, vi u, vi x) { return X86(dpbusd_epi32)(acc, u, x); }
+static inline vi vdot4(vi acc, vi u, vi x) { return DPBUSD(acc, u, x); }
 static inline vi vdot4_u8(vi acc, vi u, vi x) { return vdot4(acc, u, x); }
 #else /* byte pairs summed in 16 bits (saturating past 32767: u < 128 keeps them exact), then
          pairs of those in 32 */
