@@ -1,7 +1,8 @@
 /* What AVX2 and AVX-512 name alike, given X86(op) (_mm256_op or _mm512_op), SI(op) (the
  * whole-register integer operations: _mm256_op_si256 or _mm512_op_si512), CAST_PS (from integer
  * lanes to floats), HALF_LOAD(p) and BYTE_LOAD(p) (VL 16-bit values, VL bytes), vf and vi (VL
- * floats, VL 32-bit integers). */
+ * floats, VL 32-bit integers), and where SPECDECODE_VNNI is defined DPBUSD (the VNNI dot-product
+ * intrinsic of the width). */
 #define VEC(op) X86(op##_ps) /* vadd, vsub, .. in simd.h */
 
 static inline vf vzero(void) { return VEC(setzero)(); }
