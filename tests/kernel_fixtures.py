@@ -15,12 +15,14 @@ import pytest
 from specdecode import kernels
 from specdecode.kernels.native import CKernels
 
-KERNEL_PATHS = ["avx512amx", "avx512vnni", "avx512", "avx2vnni", "avx2", "neon", "generic",
-                "generic-pthreads", "torch"]
+KERNEL_PATHS = ["avx512amx", "avx512vnni", "avx512", "avx2vnni", "avx2", "neondot", "neon",
+                "generic", "generic-pthreads", "torch"]
+ARM_PATHS = ("neondot", "neon")  # emulated where the machine is not ARM
 
 
 @pytest.fixture(scope="session")
-def emulated_neon(tmp_path_factory):
+def emulated_arm(tmp_path_factory):
+    """path -> its kernels, run by the driver under qemu (each built once per session)."""
     from kernels.emulated import INSTALL, EmulatedLibrary, build_driver, missing_tools
 
     missing = missing_tools()
@@ -30,17 +32,25 @@ def emulated_neon(tmp_path_factory):
             else pytest.skip
         skip_or_fail(f"neon: no ARM CPU here and {' and '.join(missing)} missing to emulate one "
                     f"({INSTALL})")
-    library = EmulatedLibrary(build_driver(tmp_path_factory.mktemp("neon") / "driver"))
-    yield CKernels(library)
-    library.close()
+    libraries: dict[str, EmulatedLibrary] = {}
+
+    def emulated(path: str) -> CKernels:
+        if path not in libraries:
+            driver = build_driver(tmp_path_factory.mktemp(path) / "driver", path)
+            libraries[path] = EmulatedLibrary(driver)
+        return CKernels(libraries[path])
+
+    yield emulated
+    for library in libraries.values():
+        library.close()
 
 
 @pytest.fixture(scope="session", params=KERNEL_PATHS)
 def kernel_path(request) -> kernels.Kernels:
     name, openmp = request.param.removesuffix("-pthreads"), not request.param.endswith("-pthreads")
     here = kernels.runnable()
-    if name == "neon" and name not in here:
-        return request.getfixturevalue("emulated_neon")
+    if name in ARM_PATHS and name not in here:
+        return request.getfixturevalue("emulated_arm")(name)
     if name not in here:
         pytest.skip(f"{name}: this machine runs only {', '.join(here)}")
     return kernels.load(name, openmp)

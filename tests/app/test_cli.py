@@ -76,7 +76,7 @@ def test_an_unknown_or_unrunnable_kernel_path_is_a_one_line_error(tiny_real_voca
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "specdecode: error: SPECDECODE_ISA=sse9: unknown kernel path 'sse9' (choose "
-        "avx512amx, avx512vnni, avx512, avx2vnni, avx2, neon, generic, torch)"]
+        "avx512amx, avx512vnni, avx512, avx2vnni, avx2, neondot, neon, generic, torch)"]
 
 
 def test_generate_json_reports_all_stats(capsys, tiny_real_vocab_model):
@@ -88,7 +88,7 @@ def test_generate_json_reports_all_stats(capsys, tiny_real_vocab_model):
     obj = json.loads(out)
     assert set(obj) >= {"text", "token_ids", "method", "stats", "kernels"}
     assert obj["kernels"].split()[0] in ("avx512amx", "avx512vnni", "avx512", "avx2vnni", "avx2",
-                                           "neon", "generic", "torch")
+                                           "neondot", "neon", "generic", "torch")
     assert set(obj["stats"]) >= {"new_tokens", "target_forwards", "draft_forwards", "tau",
                                  "acceptance_rate", "tokens_per_second", "wall_seconds"}
     stats = obj["stats"]

@@ -25,10 +25,11 @@ def missing_tools() -> list[str]:
     return [tool for tool in (CROSS_COMPILER, EMULATOR) if shutil.which(tool) is None]
 
 
-def build_driver(out: Path) -> Path:
-    """The driver with the neon kernels, statically linked (qemu then needs no aarch64 libc)."""
+def build_driver(out: Path, path: str = "neon") -> Path:
+    """The driver with the kernels of an ARM path (neon, neondot), statically linked (qemu then
+    needs no aarch64 libc)."""
     sources = sorted(build.SOURCES.glob("*.c"))
-    command = [CROSS_COMPILER, *build.OPTIMIZE, *build.FLAGS["neon"], "-fopenmp", "-static",
+    command = [CROSS_COMPILER, *build.OPTIMIZE, *build.FLAGS[path], "-fopenmp", "-static",
                f"-I{build.SOURCES}", *map(str, sources), str(DRIVER), "-o", str(out), "-lm"]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -43,7 +44,9 @@ class EmulatedLibrary:
     """The kernel library's functions (same arguments as kernels.h), run by the driver."""
 
     def __init__(self, driver: Path) -> None:
-        self._process = subprocess.Popen([EMULATOR, str(driver)], stdin=subprocess.PIPE,
+        # the "max" CPU has every extension qemu emulates, the dot products among them
+        self._process = subprocess.Popen([EMULATOR, "-cpu", "max", str(driver)],
+                                         stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE)
         self._send(struct.pack("<i", 0))
         self._status()

@@ -19,7 +19,8 @@ def test_pack_puts_a_vectors_width_of_output_rows_side_by_side_and_pads_with_zer
         assert panels is w  # torch reads weights as stored
         return
     lanes = kernel_path.lanes
-    assert lanes == {"avx512amx": 16, "avx512vnni": 16, "avx512": 16, "avx2vnni": 8, "avx2": 8, "neon": 4, "generic": 8}[kernel_path.name]
+    assert lanes == {"avx512amx": 16, "avx512vnni": 16, "avx512": 16, "avx2vnni": 8, "avx2": 8,
+                     "neondot": 4, "neon": 4, "generic": 8}[kernel_path.name]
     P = -(-20 // lanes)
     assert panels.shape == (P, 3, lanes)
     flat = panels.transpose(1, 2).reshape(P * lanes, 3)

@@ -4,7 +4,8 @@ Paths, best first: `avx512amx` (`avx512vnni` with AMX's matrix tiles for block-f
 rows or more: Sapphire Rapids and later Xeons, where the OS grants the tiles' state; bitwise what
 `avx512vnni` gives), `avx512vnni` (x86 with AVX-512 F, BW and VNNI), `avx512` (AVX-512 F and BW),
 `avx2vnni` (`avx2` with AVX-VNNI's dot products: Intel cores since Alder Lake, without AVX-512),
-`avx2` (x86 with AVX2 and FMA), `neon` (64-bit ARM), `generic` (portable C, any CPU with a C
+`avx2` (x86 with AVX2 and FMA), `neondot` (`neon` with the Armv8.2 dot products: Apple M1 and
+later, Graviton 2 and later), `neon` (64-bit ARM), `generic` (portable C, any CPU with a C
 compiler), and `torch` (no C compiler: torch operations). The C paths are one set of
 width-generic sources (`csrc/linear.c`, `qlinear.c`, `attention.c`, `pointwise.c`, `layers.c`) over
 `csrc/simd.h`, which has one small implementation per instruction set in
@@ -31,8 +32,9 @@ token's logits are the same in plain decoding and in a verification step, and sp
 output equals plain greedy output on every CPU. Paths differ from each other in the last bits
 (the vector width orders the sums); each is exact with itself.
 
-`SPECDECODE_ISA=avx512amx|avx512vnni|avx512|avx2vnni|avx2|neon|generic|torch` forces a path; otherwise the best one the machine
-runs is used (asking the compiler, see `build.py`), and torch when nothing compiles.
+`SPECDECODE_ISA=avx512amx|avx512vnni|avx512|avx2vnni|avx2|neondot|neon|generic|torch` forces a
+path; otherwise the best one the machine runs is used (asking the compiler, see `build.py`), and
+torch when nothing compiles.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ class KernelUnavailable(SpecDecodeError):
 
 
 class Kernels(Protocol):
-    name: str  # the path: avx512amx, avx512vnni, avx512, avx2vnni, avx2, neon, generic or torch
+    name: str  # the path: avx512amx, avx512vnni, avx512, avx2vnni, avx2, neondot, neon, generic
+    # or torch
     threading: str  # how rows are spread over threads: OpenMP, pthreads or torch
     # the most rows a linear, norm or SwiGLU call may hold and still compute each row as alone
     # (None: any number); attention is row-invariant up to ROW_INVARIANT_ROWS rows on every path

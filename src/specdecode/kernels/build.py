@@ -29,7 +29,7 @@ from ..storage import cache_dir
 SOURCES = Path(__file__).parent / "csrc"
 HEADER = SOURCES / "kernels.h"
 # by preference
-C_PATHS = ("avx512amx", "avx512vnni", "avx512", "avx2vnni", "avx2", "neon", "generic")
+C_PATHS = ("avx512amx", "avx512vnni", "avx512", "avx2vnni", "avx2", "neondot", "neon", "generic")
 _VNNI = ["-DSPECDECODE_AVX512", "-DSPECDECODE_VNNI", "-mavx512f", "-mavx512bw", "-mavx512vnni",
          "-mavx2", "-mfma", "-mf16c"]
 # the path's instruction set and nothing else of the host's
@@ -40,6 +40,7 @@ FLAGS = {
     "avx2vnni": ["-DSPECDECODE_AVX2", "-DSPECDECODE_VNNI", "-mavx2", "-mfma", "-mf16c",
                  "-mavxvnni"],
     "avx2": ["-DSPECDECODE_AVX2", "-mavx2", "-mfma", "-mf16c"],
+    "neondot": ["-DSPECDECODE_NEON", "-DSPECDECODE_DOTPROD", "-march=armv8.2-a+dotprod"],
     "neon": ["-DSPECDECODE_NEON"],
     "generic": [],
 }
@@ -50,6 +51,7 @@ REQUIRES = {
     "avx512": ("__AVX512F__", "__AVX512BW__"),
     "avx2vnni": ("__AVX2__", "__FMA__", "__F16C__", "__AVXVNNI__"),
     "avx2": ("__AVX2__", "__FMA__", "__F16C__"),
+    "neondot": ("__aarch64__", "__ARM_NEON", "__ARM_FEATURE_DOTPROD"),
     "neon": ("__aarch64__", "__ARM_NEON"),
     "generic": (),
 }

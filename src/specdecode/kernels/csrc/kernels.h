@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* The instruction set compiled in ("avx512amx", "avx512vnni", "avx512", "avx2vnni", "avx2",
- * "neon", "generic"). */
+ * "neondot", "neon", "generic"). */
 const char *kernel_isa(void);
 /* How rows are spread over threads: "OpenMP" or "pthreads". */
 const char *kernel_threading(void);

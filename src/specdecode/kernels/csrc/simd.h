@@ -16,7 +16,7 @@
  *   vpow2i(n)            2^n for integral n in [-126, 127]
  *   vselect_lt(a, b, x, y)  x where a < b, else y, lane by lane
  *   ISA_NAME             "avx512", "avx2", "neon" or "generic" (and variants: "avx512vnni",
- *                        "avx512amx", "avx2vnni")
+ *                        "avx512amx", "avx2vnni", "neondot")
  *   ROWS_PER_TILE, MAX_PANELS, PANELS_FOR(rows)
  *                        the linear kernel's tile: rows of x times panels held in registers
  *   QROWS_PER_TILE, QMAX_PANELS, QPANELS_FOR(rows)   the same for the block formats

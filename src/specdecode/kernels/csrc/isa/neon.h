@@ -1,8 +1,14 @@
-/* AArch64 Advanced SIMD (NEON): 4 fp32 lanes, 32 vector registers. */
+/* AArch64 Advanced SIMD (NEON), with the dot-product extension's SDOT where SPECDECODE_DOTPROD is
+ * defined (Armv8.2-A and later: Apple M1 and later, AWS Graviton 2 and later, Cortex-A76 and
+ * later such as the Raspberry Pi 5): 4 fp32 lanes, 32 vector registers. */
 #include <arm_neon.h>
 #include <string.h>
 
+#ifdef SPECDECODE_DOTPROD
+#define ISA_NAME "neondot"
+#else
 #define ISA_NAME "neon"
+#endif
 #define VL 4
 /* accumulators for rows x panels, plus the panels' weights and one broadcast, fit 32 registers */
 #define ROWS_PER_TILE 8
@@ -85,4 +91,15 @@ static inline vi vdot4_u8(vi acc, vi u, vi x) {
                                      vmovl_s8(vget_high_s8(xb)));
     return vaddq_s32(acc, vpaddq_s32(vpaddlq_s16(low), vpaddlq_s16(high)));
 }
+#ifdef SPECDECODE_DOTPROD /* signed bytes times signed bytes, summed by 4 exactly: u < 128 is one */
+static inline vi vdot4(vi acc, vi u, vi x) {
+    return vdotq_s32(acc, vreinterpretq_s8_s32(u), vreinterpretq_s8_s32(x));
+}
+/* Q8_0's (u - 128) x: u - 128 is its stored signed byte */
+#define VDOT4_CENTERED
+static inline vi vdot4_centered(vi acc, vi u, vi x) {
+    return vdot4(acc, vreinterpretq_s32_u8(veorq_u8(bytes_of(u), vdupq_n_u8(0x80))), x);
+}
+#else
 static inline vi vdot4(vi acc, vi u, vi x) { return vdot4_u8(acc, u, x); }
+#endif
