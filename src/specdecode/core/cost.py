@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from ..models import LoadedModel
 
 PROFILE_SECTION = "step_cost"
+# untimed steps before each timed one of at most SMALL_STEP rows (a larger step before it slows it)
+SETTLE, SMALL_STEP = 3, 8
 MEASURED_ROWS = (1, 2, 4, 8, 16, 32, 64)
 SHORT_CONTEXT, LONG_CONTEXT = 64, 1024
 
@@ -73,7 +75,10 @@ def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
                  repeats: int = 15) -> dict[int, float]:
     """Median time of one target forward over n new tokens after `context` cached ones, for each n
     in `sizes`; the sizes take turns in every repeat, so a drift in the machine's speed (its memory
-    bandwidth moves by tens of percent) hits them alike and their ratios hold."""
+    bandwidth moves by tens of percent) hits them alike and their ratios hold. Each timed step
+    follows untimed ones of its own size, as in decoding, where steps of similar sizes follow
+    each other: right after a much larger step, small ones run slower for a few steps (a 1-row
+    step measured ~1.6x its own after a 64-row one, ~1.1x three steps later)."""
     longest = max(sizes)
     context = max(1, min(context, target.max_length - longest))
     ids = torch.randint(0, target.vocab_size, (context + longest,),
@@ -91,7 +96,9 @@ def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
         step(n)
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(repeats):
-        for n in sizes:
+        for n in sorted(sizes, reverse=True):  # a larger step slows the next one more
+            for _ in range(SETTLE if n <= SMALL_STEP else 1):
+                step(n)
             times[n].append(step(n))
     return {n: statistics.median(t) for n, t in times.items()}
 
