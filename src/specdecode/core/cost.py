@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     from ..models import LoadedModel
 
 PROFILE_SECTION = "step_cost"
-# untimed steps before each timed one of at most SMALL_STEP rows (a larger step before it slows it)
-SETTLE, SMALL_STEP = 3, 8
+# steps of at most SMALL_STEP rows: SETTLE untimed ones first (a larger step before them slows
+# them), then SMALL_TIMED timed ones in a row: the first draft row's cost is the difference of the
+# 1- and 2-row times, so their noise decides whether drafting starts at all
+SETTLE, SMALL_TIMED, SMALL_STEP = 3, 3, 8
 MEASURED_ROWS = (1, 2, 4, 8, 16, 32, 64)
 SHORT_CONTEXT, LONG_CONTEXT = 64, 1024
 
@@ -78,7 +80,8 @@ def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
     bandwidth moves by tens of percent) hits them alike and their ratios hold. Each timed step
     follows untimed ones of its own size, as in decoding, where steps of similar sizes follow
     each other: right after a much larger step, small ones run slower for a few steps (a 1-row
-    step measured ~1.6x its own after a 64-row one, ~1.1x three steps later)."""
+    step measured ~1.6x its own after a 64-row one, ~1.1x three steps later). Small steps are
+    timed SMALL_TIMED times a repeat: they are cheap and their differences matter most."""
     longest = max(sizes)
     context = max(1, min(context, target.max_length - longest))
     ids = torch.randint(0, target.vocab_size, (context + longest,),
@@ -97,9 +100,10 @@ def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(repeats):
         for n in sorted(sizes, reverse=True):  # a larger step slows the next one more
-            for _ in range(SETTLE if n <= SMALL_STEP else 1):
+            small = n <= SMALL_STEP
+            for _ in range(SETTLE if small else 1):
                 step(n)
-            times[n].append(step(n))
+            times[n].extend(step(n) for _ in range(SMALL_TIMED if small else 1))
     return {n: statistics.median(t) for n, t in times.items()}
 
 

@@ -59,6 +59,16 @@ def test_bench_writes_table_json_records_and_three_plots(bench_args, capsys):
     assert summary["overall"]["ar"]["prompts"] == 4
 
 
+def test_bench_reports_the_step_cost_its_drafts_were_chosen_by(bench_args, capsys):
+    out, argv = bench_args
+    assert main(argv) == 0
+    cost = json.loads((out / "bench.json").read_text())["info"]["step_cost"]
+    assert cost["rows"][0] == 1 and len(cost["seconds"]) == len(cost["rows"])
+    assert all(s > 0 for s in cost["seconds"])
+    header = (out / "bench.md").read_text().splitlines()[2]
+    assert header.startswith("step cost the drafts were chosen by: 1 / 2")
+
+
 def test_interrupted_bench_resumes_without_recomputing(bench_args, monkeypatch, capsys):
     out, argv = bench_args
     # our runs per pass: 2 warm-ups, then ar and lookup on each of 4 prompts (hf is not counted)

@@ -90,6 +90,12 @@ def format_report(summary: dict, info: dict, audit: list[dict] | None) -> str:
              f"(MT-bench: both turns), median of {info['repeats']}",
              f"machine: {m['cpu']}, {m['kernels']}, torch {m['torch']}, peak memory "
              f"{m['peak_rss_mb']:.0f} MB; commit {m['commit']}; {m['date']}", ""]
+    if "step_cost" in info:
+        c = info["step_cost"]
+        lines[-1:-1] = [
+            f"step cost the drafts were chosen by: {' / '.join(map(str, c['rows']))} rows "
+            f"{' / '.join(f'{s * 1e3:.2f}' for s in c['seconds'])} ms after {c['context']} cached "
+            f"tokens, + {c['per_cached'] * 1e9:.0f} ns a row per further cached token"]
     lines += [f"- `{name}`: {label}" for name, label in info["methods"].items()]
     for base, title in (("ar", "our plain decoding (`ar`)"), ("hf", "transformers `generate()`")):
         if any(base in by_method for by_method in summary.values()):

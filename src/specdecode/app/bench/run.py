@@ -11,6 +11,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -170,6 +171,9 @@ def run_bench(args: argparse.Namespace) -> int:
             "methods": {label: _describe(label, labels, decoders, args)
                         for label in labels},
             "machine": {**machine_info(), "kernels": model.kernels}}
+    cost = next((d.cost for d in decoders.values() if d.cost), None)
+    if cost:  # the curve every draft budget in this run was chosen from
+        info["step_cost"] = asdict(cost)
     summary = {group: {label: by_label[label] for label in labels if label in by_label}
                for group, by_label in summarize(records).items()}  # in the order they ran
     audit = greedy_audit(model, records, prompts) if args.temperature == 0 else None
