@@ -48,3 +48,16 @@ def test_leaderboard_has_a_row_per_method_and_a_column_per_group():
     assert lines[0] == "| method | trans | sum | overall | τ | tok/s |"
     lookup = next(line for line in lines if line.startswith("| lookup"))
     assert "1.33×" in lookup and "2.00×" in lookup  # overall, translation
+
+
+def test_the_decoding_rate_leaves_each_run_s_prefill_out():
+    # sampled answers of different lengths: lookup stops after 4 tokens, so its whole-run rate
+    # carries the prefill over few tokens; its decoding rate is twice plain decoding's
+    ar = Record(1, 1, "qa", "ar", 0, 16, 1.0, 16, 16, prefill_seconds=0.5)
+    lookup = Record(1, 1, "qa", "lookup", 0, 4, 0.5625, 2, 4, prefill_seconds=0.5)
+    hf = Record(1, 1, "qa", "hf", 0, 16, 2.0)
+    overall = summarize([ar, lookup, hf])["overall"]
+    assert overall["lookup"]["speedup_vs_ar"] == pytest.approx((4 / 0.5625) / 16)
+    assert overall["lookup"]["decoding_speedup_vs_ar"] == pytest.approx((4 / 0.0625) / (16 / 0.5))
+    assert overall["hf"]["decoding_tokens_per_second"] is None
+    assert "decoding_speedup_vs_ar" not in overall["hf"]

@@ -29,6 +29,7 @@ class Record:
     drafted_at: list[int] = field(default_factory=list)  # [i]: drafts with a token at position i
     accepted_at: list[int] = field(default_factory=list)  # [i]: drafts whose token i was accepted
     token_ids: list[int] = field(default_factory=list)
+    prefill_seconds: float | None = None  # of `seconds`; None for the transformers / llama.cpp peers
 
     @property
     def key(self) -> tuple[int, int, str, int]:

@@ -13,6 +13,8 @@ def summarize(records: list[Record]) -> dict:
     """Per group and overall, per method: tokens/s (total tokens / total median seconds, as
     Spec-Bench computes it), τ, acceptance rate and by draft position, speed-ups vs our `ar` and
     vs transformers plain (`hf`), and greedy mismatches against `ar` (prompts whose tokens differ).
+    For our methods also the decoding rate, the prompt's prefill left out: sampled answers end at
+    different lengths per method, and a short one spreads its whole prefill over few tokens.
     Only prompts (question, turn) that every method finished are compared."""
     runs: dict[tuple[int, int, str], list[Record]] = {}
     for r in records:
@@ -26,13 +28,19 @@ def summarize(records: list[Record]) -> dict:
             continue  # an interrupted prompt is not compared
         first = min(reps, key=lambda r: r.repeat)
         seconds = statistics.median(r.seconds for r in reps)
+        decoding = (statistics.median(r.seconds - r.prefill_seconds for r in reps)
+                    if all(r.prefill_seconds is not None for r in reps) else None)
         reference = min(runs[(qid, turn, "ar")], key=lambda r: r.repeat) if "ar" in methods else None
         for group in (first.group, "overall"):
             acc = rows.setdefault(group, {}).setdefault(method, dict(
-                tokens=0, seconds=0.0, forwards=0, confirmed=0, drafted=0, accepted=0, prompts=0,
-                mismatches=0, drafted_at=[], accepted_at=[]))
+                tokens=0, seconds=0.0, decoding_seconds=0.0, forwards=0, confirmed=0, drafted=0,
+                accepted=0, prompts=0, mismatches=0, drafted_at=[], accepted_at=[]))
             acc["tokens"] += first.new_tokens
             acc["seconds"] += seconds
+            if decoding is None or acc["decoding_seconds"] is None:
+                acc["decoding_seconds"] = None  # a run without a prefill time: no decoding rate
+            else:
+                acc["decoding_seconds"] += decoding
             acc["prompts"] += 1
             acc["forwards"] += first.target_forwards or 0
             acc["confirmed"] += first.confirmed_tokens or 0
@@ -45,6 +53,8 @@ def summarize(records: list[Record]) -> dict:
     for group, by_method in rows.items():
         for acc in by_method.values():
             acc["tokens_per_second"] = acc["tokens"] / acc["seconds"] if acc["seconds"] else 0.0
+            acc["decoding_tokens_per_second"] = (acc["tokens"] / acc["decoding_seconds"]
+                                                 if acc["decoding_seconds"] else None)
             acc["tau"] = acc["confirmed"] / acc["forwards"] if acc["forwards"] else None
             acc["acceptance_rate"] = acc["accepted"] / acc["drafted"] if acc["drafted"] else None
             acc["acceptance_by_position"] = [a / d for a, d in
@@ -54,6 +64,9 @@ def summarize(records: list[Record]) -> dict:
                 if base in by_method and by_method[base]["tokens_per_second"]:
                     acc[f"speedup_vs_{base}"] = (acc["tokens_per_second"]
                                                  / by_method[base]["tokens_per_second"])
+            plain = by_method.get("ar", {}).get("decoding_tokens_per_second")
+            if plain and acc["decoding_tokens_per_second"]:
+                acc["decoding_speedup_vs_ar"] = acc["decoding_tokens_per_second"] / plain
     return rows
 
 
@@ -103,12 +116,14 @@ def format_report(summary: dict, info: dict, audit: list[dict] | None) -> str:
     greedy = not info["temperature"]  # sampled outputs differ by their draws: no audit
     for g in [g for g in list(GROUPS) + ["overall"] if g in summary]:
         lines += ["", f"## {g}", "",
-                  "| method | tok/s | × our ar | × hf plain | τ | acceptance | mismatches |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+                  "| method | tok/s | × our ar | × our ar, decoding only | × hf plain | τ | "
+                  "acceptance | mismatches |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for name, acc in summary[g].items():
             mismatches = f"{acc['mismatches']}/{acc['prompts']}" if greedy else "-"
             lines.append(
                 f"| {name} | {acc['tokens_per_second']:.1f} | {_fmt(acc.get('speedup_vs_ar'), '.2f')}"
+                f" | {_fmt(acc.get('decoding_speedup_vs_ar'), '.2f')}"
                 f" | {_fmt(acc.get('speedup_vs_hf'), '.2f')} | {_fmt(acc['tau'], '.2f')} | "
                 f"{_fmt(acc['acceptance_rate'], '.0%')} | {mismatches} |")
     if audit is not None:

@@ -138,7 +138,8 @@ def run_bench(args: argparse.Namespace) -> int:
         result = decoders[method].generate(ids, max_new_tokens=max_new, max_draft_depth=depth,
                                            temperature=args.temperature, seed=repeat)
         s = result.stats
-        return dict(new_tokens=s.new_tokens, seconds=s.wall_seconds, token_ids=result.token_ids,
+        return dict(new_tokens=s.new_tokens, seconds=s.wall_seconds,
+                    prefill_seconds=s.prefill_seconds, token_ids=result.token_ids,
                     target_forwards=s.target_forwards, confirmed_tokens=s.confirmed_tokens,
                     drafted=s.drafted, accepted=s.accepted, drafted_at=list(s.drafted_at),
                     accepted_at=list(s.accepted_at))
