@@ -61,3 +61,15 @@ def test_the_decoding_rate_leaves_each_run_s_prefill_out():
     assert overall["lookup"]["decoding_speedup_vs_ar"] == pytest.approx((4 / 0.0625) / (16 / 0.5))
     assert overall["hf"]["decoding_tokens_per_second"] is None
     assert "decoding_speedup_vs_ar" not in overall["hf"]
+
+
+def test_sampled_repeats_of_different_lengths_count_each_draw_s_tokens_with_its_own_time():
+    # repeat 0 stops after 4 tokens, repeat 1 runs 16: the rate is 20 tokens over both times,
+    # not repeat 0's tokens over the median time
+    runs = [Record(1, 1, "qa", "ar", 0, 16, 1.0, 16, 16, token_ids=[1]),
+            Record(1, 1, "qa", "ar", 1, 16, 1.0, 16, 16, token_ids=[2]),
+            Record(1, 1, "qa", "lookup", 0, 4, 0.25, 4, 4, token_ids=[3]),
+            Record(1, 1, "qa", "lookup", 1, 16, 0.75, 10, 16, token_ids=[4])]
+    overall = summarize(runs)["overall"]
+    assert overall["lookup"]["tokens_per_second"] == pytest.approx(20 / 1.0)
+    assert overall["lookup"]["speedup_vs_ar"] == pytest.approx(20 / 16)

@@ -27,15 +27,18 @@ def summarize(records: list[Record]) -> dict:
         if (qid, turn) not in complete:
             continue  # an interrupted prompt is not compared
         first = min(reps, key=lambda r: r.repeat)
-        seconds = statistics.median(r.seconds for r in reps)
-        decoding = (statistics.median(r.seconds - r.prefill_seconds for r in reps)
+        # greedy repeats give one answer: its tokens over the median time; sampled ones may
+        # differ in length, and then every draw counts (tokens and time from the same runs)
+        average = statistics.median if len({r.new_tokens for r in reps}) == 1 else statistics.mean
+        tokens, seconds = average(r.new_tokens for r in reps), average(r.seconds for r in reps)
+        decoding = (average(r.seconds - r.prefill_seconds for r in reps)
                     if all(r.prefill_seconds is not None for r in reps) else None)
         reference = min(runs[(qid, turn, "ar")], key=lambda r: r.repeat) if "ar" in methods else None
         for group in (first.group, "overall"):
             acc = rows.setdefault(group, {}).setdefault(method, dict(
                 tokens=0, seconds=0.0, decoding_seconds=0.0, forwards=0, confirmed=0, drafted=0,
                 accepted=0, prompts=0, mismatches=0, drafted_at=[], accepted_at=[]))
-            acc["tokens"] += first.new_tokens
+            acc["tokens"] += tokens
             acc["seconds"] += seconds
             if decoding is None or acc["decoding_seconds"] is None:
                 acc["decoding_seconds"] = None  # a run without a prefill time: no decoding rate
