@@ -157,14 +157,20 @@ ALWAYS_INLINE void attend(const int F16, const int NR, const float *q, const voi
     }
 }
 
+/* The work is a list of units, each the heads of one KV group for one row, ordered by sequence,
+ * then KV group, then row: a thread's consecutive units read one sequence's keys and values of
+ * one group for each of its rows in turn, so only the first finds them in memory and the others
+ * in its own core's cache. In row order, the other thread would take a draft's second row and
+ * read the whole cache from memory again. */
 struct attention_job {
     const float *qkv;
     void *const *keys, *const *values; /* by row: its sequence's layer cache */
     const int64_t *capacity;            /* by row */
     const int64_t *seen, *first, *count; /* row t sees keys seen[first[t] .. + count[t]] */
-    const int64_t *before;              /* by row: the work of the rows before it (+ one: all) */
+    const int64_t *unit_row, *unit_group; /* by unit */
+    const int64_t *before;              /* by unit: the work of the units before it (+ one: all) */
     float *out;
-    int64_t T, longest, H, G, d;
+    int64_t U, longest, H, G, d;
     int f16, failed;
 };
 
@@ -174,19 +180,19 @@ struct attention_job {
         attend(F16, NR, q, keys, values, seen, job->count[t], d, scores, stride, out); \
     break;
 
-/* The first of thread i's row-heads: threads take consecutive row-heads of about equal work.
- * A row's work is its keys, COLD times over for the first row of a sequence: that row reads the
- * sequence's keys and values from memory, its other rows (a draft, a prompt chunk) find them in
+/* The first of thread i's unit-heads: threads take consecutive unit-heads of about equal work.
+ * A unit's work is its row's keys, COLD times over for a sequence's first row: that row reads
+ * the group's keys and values from memory, its other rows (a draft, a prompt chunk) find them in
  * the cache. Split by rows alone, the thread holding one sequence's draft rows would wait for the
  * other holding several sequences' first rows. */
 #define COLD 2
 static long long work_start(const struct attention_job *job, int i, int threads) {
-    const int64_t T = job->T, H = job->H, goal = job->before[T] * i / threads;
-    if (i >= threads) return (long long)(T * H);
-    int64_t t = 0;
-    while (job->before[t + 1] <= goal) t++;
-    const int64_t head_work = (job->before[t + 1] - job->before[t]) / H;
-    return (long long)(t * H + (goal - job->before[t] + head_work - 1) / head_work);
+    const int64_t U = job->U, group = job->H / job->G, goal = job->before[U] * i / threads;
+    if (i >= threads) return (long long)(U * group);
+    int64_t u = 0;
+    while (job->before[u + 1] <= goal) u++;
+    const int64_t head_work = (job->before[u + 1] - job->before[u]) / group;
+    return (long long)(u * group + (goal - job->before[u] + head_work - 1) / head_work);
 }
 
 ALWAYS_INLINE void attention_share(const int F16, struct attention_job *job, int thread,
@@ -202,7 +208,8 @@ ALWAYS_INLINE void attention_share(const int F16, struct attention_job *job, int
     const long long end = work_start(job, thread + 1, threads);
     for (long long th = begin; th < end;) {
         /* this thread's next heads of one row and KV group, at most ATTENTION_HEADS */
-        const int64_t t = th / H, h = th % H, g = h / group, cache = g * job->capacity[t] * d;
+        const int64_t u = th / group, t = job->unit_row[u], g = job->unit_group[u];
+        const int64_t h = g * group + th % group, cache = g * job->capacity[t] * d;
         int64_t nr = (g + 1) * group - h;
         nr = nr < end - th ? nr : end - th;
         nr = nr < ATTENTION_HEADS ? nr : ATTENTION_HEADS;
@@ -241,14 +248,15 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
         longest = end > longest ? end : longest;
     }
     const int64_t width = (H + 2 * G) * d;
-    int64_t *index = malloc(sizeof(int64_t) * (size_t)(seen_total + 4 * T + 2));
+    int64_t *index = malloc(sizeof(int64_t) * (size_t)(seen_total + 3 * T + 3 * T * G + 1));
     void **by_row = malloc(sizeof(void *) * (size_t)(2 * T + 1));
     if (!index || !by_row) {
         free(index), free(by_row);
         return 2;
     }
     int64_t *first = index + seen_total, *count = first + T, *row_capacity = count + T;
-    int64_t *before = row_capacity + T; /* T + 1 */
+    int64_t *unit_row = row_capacity + T, *unit_group = unit_row + T * G;
+    int64_t *before = unit_group + T * G; /* T G + 1 */
     void **row_keys = by_row, **row_values = by_row + T;
     int64_t t = 0, n_seen = 0;
     for (int64_t s = 0; s < S; s++) {
@@ -282,12 +290,20 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
             row_keys[t] = keys;
             row_values[t] = values;
             row_capacity[t] = capacity[s];
-            before[t + 1] = (t ? before[t] : 0) + count[t] * H * (r == 0 ? COLD : 1);
         }
     }
+    /* the units: by sequence, then KV group, then row */
+    int64_t u = 0;
     before[0] = 0;
+    for (int64_t s = 0, row0 = 0; s < S; row0 += rows[s], s++)
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t r = 0; r < rows[s]; r++, u++) {
+                unit_row[u] = row0 + r;
+                unit_group[u] = g;
+                before[u + 1] = before[u] + count[row0 + r] * (H / G) * (r == 0 ? COLD : 1);
+            }
     struct attention_job job = {qkv, row_keys, row_values, row_capacity, index, first, count,
-                                before, out, T, longest, H, G, d, kv_f16, 0};
+                                unit_row, unit_group, before, out, u, longest, H, G, d, kv_f16, 0};
     run_parallel(threads, attention_task, &job);
     free(index), free(by_row);
     return job.failed ? 2 : 0;
