@@ -20,6 +20,9 @@ def test_the_measured_curve_covers_the_row_counts_the_window_allows(tiny_llama):
     cost = measure(target, repeats=2)
     assert cost.rows == (1, 2, 4, 8, 16, 32, 64) and all(s > 0 for s in cost.seconds)
     assert cost.per_cached >= 0
+    # the small row counts again, after as long a context as the window leaves room for
+    assert cost.long_context == 256 - 9 and len(cost.long_seconds) == 4
+    assert all(s > 0 for s in cost.long_seconds)
 
 
 def load(tiny_llama, seed: int) -> SimpleNamespace:
@@ -40,7 +43,7 @@ def test_a_curve_saved_in_the_profile_is_used_by_a_later_process(tiny_llama, mon
                                                                   tmp_path):
     monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
     model = load(tiny_llama, 5)
-    saved = StepCost((1, 2, 8), (1.0, 1.2, 2.0), 64, 1e-5)
+    saved = StepCost((1, 2, 8), (1.0, 1.2, 2.0), 64, 1e-5, 1024, (1.5, 1.8))
     save_step_cost(model, saved)
     monkeypatch.setattr(cost_module, "_MEASURED", {})  # a new process
     monkeypatch.setattr(cost_module, "measure",
@@ -61,3 +64,16 @@ def test_rows_that_attend_to_longer_caches_cost_more():
     assert cost.step(2, 2 * 64 + 100) == pytest.approx(1.2)
     assert cost.step(2, 10) == pytest.approx(1.1)  # shorter caches than measured: never cheaper
     assert StepCost.linear(0.25).row_cost() == pytest.approx(0.25)
+
+
+def test_a_few_rows_cost_what_was_measured_after_either_context_and_linear_between():
+    cost = StepCost((1, 2, 4, 8, 16), (1.0, 1.2, 1.6, 2.4, 4.0), context=64, per_cached=0.001,
+                    long_context=1064, long_seconds=(2.0, 2.6, 3.4, 4.8))
+    assert cost.step(2, 2 * 1064) == pytest.approx(2.6)
+    assert cost.step(2, 2 * 564) == pytest.approx((1.2 + 2.6) / 2)
+    assert cost.step(3, 3 * 1064) == pytest.approx(3.0)  # between measured row counts
+    assert cost.step(1, 10) == pytest.approx(1.0)  # shorter caches than measured: never cheaper
+    # past the long curve's rows: its last count, then the short curve's slope and, for each
+    # further row, what it adds per cached token
+    assert cost.step(16, 16 * 1064) == pytest.approx(4.8 + (4.0 - 2.4) + 0.001 * 8 * 1000)
+    assert cost.step(9, 9 * 64) == pytest.approx(2.4 + 0.2)

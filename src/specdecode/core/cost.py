@@ -41,14 +41,23 @@ _MEASURED: dict[tuple[str, str, str], "StepCost"] = {}
 
 @dataclass(frozen=True)
 class StepCost:
-    """Seconds of one target forward: `seconds[i]` over `rows[i]` new rows (all sequences' rows
-    together) after `context` cached tokens each, linear between measured row counts and past the
-    last, plus `per_cached` seconds for every (row, cached token beyond `context`) pair."""
+    """Seconds of one target forward over `rows` new rows (all sequences' rows together) whose
+    caches hold `cached` tokens in all: `seconds[i]` over `rows[i]` rows after `context` cached
+    tokens each, linear between measured row counts and past the last. Up to the last of
+    `long_seconds` (the first row counts again, after `long_context` tokens each), linear in the
+    rows' mean cached tokens between the two curves; each further row adds `per_cached` seconds
+    for every cached token it sees beyond `context`. Without a long curve every row does that.
+
+    Measured at two contexts because rows differ: a step's first row reads its sequence's cache
+    from memory, its further rows find it in the core's cache, and a few rows share less work
+    per row than many."""
 
     rows: tuple[int, ...]  # increasing, 1 first
     seconds: tuple[float, ...]
     context: int = SHORT_CONTEXT
     per_cached: float = 0.0
+    long_context: int = 0
+    long_seconds: tuple[float, ...] = ()
 
     @classmethod
     def linear(cls, row_cost: float, per_cached: float = 0.0) -> "StepCost":
@@ -58,10 +67,18 @@ class StepCost:
     def step(self, rows: int, cached: int) -> float:
         """The seconds of a forward over `rows` rows whose caches hold `cached` tokens in all
         (summed over the rows: each row attends to its own sequence's cache)."""
-        i = min(max(bisect.bisect_left(self.rows, rows), 1), len(self.rows) - 1)
-        r0, r1, s0, s1 = self.rows[i - 1], self.rows[i], self.seconds[i - 1], self.seconds[i]
-        base = s0 + (s1 - s0) * (rows - r0) / (r1 - r0)
-        return max(base, 0.0) + self.per_cached * max(cached - rows * self.context, 0)
+        rows = max(rows, 1)
+        beyond = max(cached / rows - self.context, 0.0)  # a row's cached tokens past `context`
+        small = self.rows[len(self.long_seconds) - 1] if self.long_seconds else 1
+        r = min(rows, small)
+        at = _between(self.rows, self.seconds, r)
+        if self.long_seconds:  # r rows, measured after both contexts
+            growth = _between(self.rows, self.long_seconds, r) - at
+            at += max(growth, 0.0) * beyond / (self.long_context - self.context)
+        else:
+            at += self.per_cached * beyond
+        further = _between(self.rows, self.seconds, rows) - _between(self.rows, self.seconds, r)
+        return max(at + further, 0.0) + self.per_cached * (rows - r) * beyond
 
     def row_cost(self, context: int = SHORT_CONTEXT) -> float:
         """What an eighth row adds to a step of 7, after `context` cached tokens, in one-row
@@ -71,6 +88,17 @@ class StepCost:
 
     def __str__(self) -> str:
         return f"rows cost {self.row_cost():.2f} of a step"
+
+
+def _between(rows: tuple[int, ...], seconds: tuple[float, ...], n: int) -> float:
+    """seconds at n rows, linear between the measured row counts (the first len(seconds) of
+    `rows`) and past the last."""
+    rows = rows[: len(seconds)]
+    if len(rows) == 1:
+        return seconds[0]
+    i = min(max(bisect.bisect_left(rows, n), 1), len(rows) - 1)
+    r0, r1, s0, s1 = rows[i - 1], rows[i], seconds[i - 1], seconds[i]
+    return s0 + (s1 - s0) * (n - r0) / (r1 - r0)
 
 
 def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
@@ -108,18 +136,22 @@ def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
 
 
 def measure(target: Target, repeats: int = 5) -> StepCost:
-    """The curve over MEASURED_ROWS rows after SHORT_CONTEXT cached tokens, and what a row adds
-    per cached token from 1- and 8-row steps after LONG_CONTEXT (fewer where the window is
-    smaller) — the 1-row difference is subtracted, so the fixed per-step costs cancel."""
+    """The curve over MEASURED_ROWS rows after SHORT_CONTEXT cached tokens, the same up to
+    SMALL_STEP rows after LONG_CONTEXT (less where the window is smaller), and what each row
+    past SMALL_STEP adds per cached token: the growth of rows SMALL_STEP/2 .. SMALL_STEP between
+    the two contexts, a row's share."""
     rows = tuple(r for r in MEASURED_ROWS if SHORT_CONTEXT + r < target.max_length)
     short = step_seconds(target, rows, context=SHORT_CONTEXT, repeats=repeats)
-    per_cached = 0.0
-    long_context = min(LONG_CONTEXT, target.max_length - 9)
-    if long_context >= 2 * SHORT_CONTEXT:
-        long = step_seconds(target, (1, 8), context=long_context, repeats=repeats)
-        extra = (long[8] - short[8]) - (long[1] - short[1])
-        per_cached = max(extra, 0.0) / (7 * (long_context - SHORT_CONTEXT))
-    return StepCost(rows, tuple(short[r] for r in rows), SHORT_CONTEXT, per_cached)
+    long_context = min(LONG_CONTEXT, target.max_length - SMALL_STEP - 1)
+    small = tuple(r for r in rows if r <= SMALL_STEP)
+    if long_context < 2 * SHORT_CONTEXT or len(small) < 2:
+        return StepCost(rows, tuple(short[r] for r in rows), SHORT_CONTEXT)
+    long = step_seconds(target, small, context=long_context, repeats=repeats)
+    half, last = small[-2], small[-1]
+    extra = (long[last] - long[half]) - (short[last] - short[half])
+    per_cached = max(extra, 0.0) / ((last - half) * (long_context - SHORT_CONTEXT))
+    return StepCost(rows, tuple(short[r] for r in rows), SHORT_CONTEXT, per_cached, long_context,
+                    tuple(long[r] for r in small))
 
 
 def machine_key(model: "LoadedModel") -> str:
@@ -137,7 +169,9 @@ def step_cost(model: "LoadedModel") -> StepCost:
     if key not in _MEASURED:
         saved = (load_profile(model.key).get(PROFILE_SECTION) or {}).get(machine_key(model))
         _MEASURED[key] = (StepCost(tuple(saved["rows"]), tuple(saved["seconds"]),
-                                   saved["context"], saved["per_cached"])
+                                   saved["context"], saved["per_cached"],
+                                   saved.get("long_context", 0),
+                                   tuple(saved.get("long_seconds", ())))
                           if saved else measure(model.target))
     return _MEASURED[key]
 

@@ -111,7 +111,10 @@ def format_report(summary: dict, info: dict, audit: list[dict] | None) -> str:
         lines[-1:-1] = [
             f"step cost the drafts were chosen by: {' / '.join(map(str, c['rows']))} rows "
             f"{' / '.join(f'{s * 1e3:.2f}' for s in c['seconds'])} ms after {c['context']} cached "
-            f"tokens, + {c['per_cached'] * 1e9:.0f} ns a row per further cached token"]
+            f"tokens"
+            + (f", {' / '.join(f'{s * 1e3:.2f}' for s in c['long_seconds'])} ms after "
+               f"{c['long_context']}" if c.get("long_seconds") else "")
+            + f"; + {c['per_cached'] * 1e9:.0f} ns a further row per cached token"]
     lines += [f"- `{name}`: {label}" for name, label in info["methods"].items()]
     for base, title in (("ar", "our plain decoding (`ar`)"), ("hf", "transformers `generate()`")):
         if any(base in by_method for by_method in summary.values()):
