@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 run: setup
 	.venv/bin/specdecode generate --compare --max-new-tokens 128 \
 	  "Summarize in three sentences: The city council voted on Tuesday to extend the bike lane on Main Street by two miles, from the train station to the river. Supporters said the lane makes cycling safer for children on their way to school and will reduce traffic in the town centre. Some shop owners worried about losing parking spaces in front of their stores, and the council promised to build a small car park behind the library. Work on the new lane will start in March and should be finished before the summer holidays."
-	@echo "One prompt is one sample. On 2 AVX-512/AMX cores with the model's own Q4_1 file: plain decoding 3.8x llama-cpp-python on the same file (bench --limit 3); lookup 1.10x our plain decoding over Spec-Bench's 80 --limit 10 prompts (tau 1.44), identical greedy output on every prompt: BENCHMARKS.md."
+	@echo "One prompt is one sample. On 2 AVX-512/AMX cores with the model's own Q4_1 file: plain decoding 3.6x llama-cpp-python on the same file (bench --limit 3); lookup 1.12x our plain decoding over Spec-Bench's 80 --limit 10 prompts (tau 1.45), identical greedy output on every prompt: BENCHMARKS.md."
 
 test: setup
 	$(PY) -m pytest -q -rs

@@ -162,8 +162,7 @@ def machine_key(model: "LoadedModel") -> str:
 
 def step_cost(model: "LoadedModel") -> StepCost:
     """The model's curve on this machine: from its profile when `tune` saved one for this machine
-    key, else measured (2-3 seconds on the default model), once per model, formats and kernel path
-    in a process."""
+    key, else measured (a few seconds), once per model, formats and kernel path in a process."""
     path = getattr(getattr(model.target, "kernels", None), "name", None) or model.kernels
     key = (model.key, model.weights, path)
     if key not in _MEASURED:
