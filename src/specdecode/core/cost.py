@@ -107,8 +107,8 @@ def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
     in `sizes`; the sizes take turns in every repeat, so a drift in the machine's speed (its memory
     bandwidth moves by tens of percent) hits them alike and their ratios hold. Each timed step
     follows untimed ones of its own size, as in decoding, where steps of similar sizes follow
-    each other: right after a much larger step, small ones run slower for a few steps (a 1-row
-    step measured ~1.6x its own after a 64-row one, ~1.1x three steps later). Small steps are
+    each other: right after a much larger step, small ones run slower for a few steps
+    (BENCHMARKS.md, the step-cost curve). Small steps are
     timed SMALL_TIMED times a repeat: they are cheap and their differences matter most."""
     longest = max(sizes)
     context = max(1, min(context, target.max_length - longest))

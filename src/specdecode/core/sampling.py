@@ -65,7 +65,8 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 def greedy_tokens(logits: torch.Tensor) -> list[int]:
     """The argmax of each row (the first of equal maxima), logits: [R, V] -> R token ids. On the
-    CPU by numpy: torch's reduction took ~65 us a row on a 49k vocabulary, numpy's ~3."""
+    CPU by numpy, whose reduction over a large vocabulary is many times faster than torch's
+    (BENCHMARKS.md)."""
     if logits.device.type == "cpu":
         return logits.detach().numpy().argmax(-1).tolist()
     return logits.argmax(-1).tolist()
@@ -74,8 +75,8 @@ def greedy_tokens(logits: torch.Tensor) -> list[int]:
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token id per row, by inverting the cumulative distribution (in float64) at a uniform
     u in [0, total): the first token whose cumulative mass exceeds u, so a token of probability 0
-    is never drawn. (torch.multinomial draws the same distribution at ~20x the cost on a 49k
-    vocabulary.) probs: [..., V] -> ids: [...]"""
+    is never drawn. (torch.multinomial draws the same distribution, many times slower on a large
+    vocabulary: BENCHMARKS.md.) probs: [..., V] -> ids: [...]"""
     flat = probs.reshape(-1, probs.shape[-1])
     cdf = flat.double().cumsum(-1)  # [R, V]
     u = torch.rand(flat.shape[0], 1, dtype=torch.float64, device=flat.device,

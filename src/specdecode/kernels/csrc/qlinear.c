@@ -249,7 +249,7 @@ ALWAYS_INLINE void qlinear_share(const struct qlinear_job *job, int thread, int 
     const int64_t panel_bytes = blocks / blocks_per_super(f) * super_bytes(f);
     for (int64_t p = begin; p < end; p += group) {
         const int nb = p + group <= end ? (int)group : (int)(end - p);
-        const int64_t ahead = ((end - p - nb < group ? end - p - nb : group)) * panel_bytes;
+        const int64_t ahead = (end - p - nb < group ? end - p - nb : group) * panel_bytes;
         for (int64_t r = 0; r < T; r += rows) {
             const struct xblock *xr = job->x + r * blocks;
             float *yr = job->y + r * O;
