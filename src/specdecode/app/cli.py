@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "8 and 16 new tokens between them")
     b.add_argument("--distance", action="store_true",
                    help="instead of the table: for a GGUF model, how often our quantized path "
-                        "and llama.cpp pick the fp32 reference's greedy token (teacher-forced "
+                        "and llama.cpp pick the greedy token of transformers' fp32 reading of "
+                        "the same file (teacher-forced "
                         "top-1 agreement, identical greedy outputs) on the first --limit prompts "
                         "of each group")
     b.add_argument("--synthetic-1b", metavar="PATH",

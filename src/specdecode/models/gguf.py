@@ -4,9 +4,14 @@ Matrices in block formats stay in them (`quant.QuantTensor`, memory-mapped); F32
 tensors become torch tensors. The config and tokenizer come from a small directory that
 transformers writes once per file (`metadata_dir`, no weights in it).
 
-llama.cpp's converter reorders the rows of the q and k projections (rotary halves interleaved);
-they are put back in transformers' order here, row by row, which a block format allows: a block
-never spans two rows.
+llama.cpp's converter reorders the rows of the q and k projections of the Llama family (rotary
+halves interleaved, for its "normal" rope on adjacent pairs); they are put back in transformers'
+order here, row by row, which a block format allows: a block never spans two rows. Families whose
+rope llama.cpp computes on halves ("neox": Qwen2 among them) are stored as transformers has them.
+
+Rope scaling that the converter writes outside the config transformers reads from the file (the
+Llama-3.1 `rope_freqs` tensor; a linear factor in the metadata) comes back as one tensor of
+per-frequency divisors, `ROPE_FACTORS` (`rope.frequencies`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ LAYER = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "
          "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
          "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
          "ffn_norm": "post_attention_layernorm"}
+# general.architecture values whose q/k rows llama.cpp's converter permutes (its LlamaModel,
+# which writes Llama, Mistral, Mixtral and their fine-tunes all as "llama")
+PERMUTED_QK = frozenset({"llama"})
+ROPE_FACTORS = "rope_factors"  # [head_dim / 2] float32: divides each rotary frequency
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 
 
@@ -78,28 +87,51 @@ def trim_heap() -> None:
 
 def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantTensor]:
     """The file's tensors by transformers name: block formats as `QuantTensor`s over the file's
-    memory map, the rest as torch tensors."""
+    memory map, the rest as torch tensors; q/k rows in transformers' order; the rope scaling the
+    config does not carry under `ROPE_FACTORS`. A file this cannot read exactly: ValueError."""
     from gguf import GGMLQuantizationType, GGUFReader
 
+    reader = GGUFReader(str(path))
+    architecture = _field(reader, "general.architecture")
     plain = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.BF16: torch.bfloat16}
     found: dict[str, torch.Tensor | QuantTensor] = {}
-    for tensor in GGUFReader(str(path)).tensors:
-        name = transformers_name(tensor.name)
+    for tensor in reader.tensors:
+        name = ROPE_FACTORS if tensor.name == "rope_freqs.weight" else transformers_name(tensor.name)
         if name is None:
             continue
         shape = tuple(int(n) for n in reversed(tensor.shape))  # GGUF lists the fastest dim first
         if tensor.tensor_type in plain:
             raw = np.asarray(tensor.data)
             value = torch.from_numpy(raw.view(np.int16) if raw.dtype == np.uint16 else raw.copy())
-            found[name] = value.view(plain[tensor.tensor_type]).reshape(shape).clone()
-            continue
-        data = np.asarray(tensor.data)
-        if tensor.tensor_type == GGMLQuantizationType.F16:
-            data = data.view(np.uint8).reshape(shape[0], -1)
-        value = QuantTensor(tensor.tensor_type.name, data, shape[-1])
-        if ".self_attn.q_proj." in name or ".self_attn.k_proj." in name:
+            value = value.view(plain[tensor.tensor_type]).reshape(shape).clone()
+        else:
+            data = np.asarray(tensor.data)
+            if tensor.tensor_type == GGMLQuantizationType.F16:
+                data = data.view(np.uint8).reshape(shape[0], -1)
+            value = QuantTensor(tensor.tensor_type.name, data, shape[-1])
+        if architecture in PERMUTED_QK and (".self_attn.q_proj." in name
+                                            or ".self_attn.k_proj." in name):
             heads = (config.num_attention_heads if ".q_proj." in name
                      else config.num_key_value_heads)
-            value = value.take(unpermute_rows(value.out_features, heads))
+            order = unpermute_rows(shape[0], heads)
+            value = value.take(order) if isinstance(value, QuantTensor) else value[order]
         found[name] = value
+    scaling = _field(reader, f"{architecture}.rope.scaling.type", "none")
+    if scaling == "linear":
+        factor = float(_field(reader, f"{architecture}.rope.scaling.factor"))
+        head_dim = getattr(config, "head_dim", None) or \
+            config.hidden_size // config.num_attention_heads
+        found[ROPE_FACTORS] = torch.full((head_dim // 2,), factor) * found.get(ROPE_FACTORS, 1.0)
+    elif scaling != "none":
+        raise ValueError(f"rope scaling {scaling!r} is not supported on the native backend")
     return found
+
+
+def _field(reader, key: str, default=None):
+    """A metadata field's value (`default` when absent; ValueError when required and absent)."""
+    field = reader.fields.get(key)
+    if field is None:
+        if default is None:
+            raise ValueError(f"metadata field {key!r} is missing")
+        return default
+    return field.contents()

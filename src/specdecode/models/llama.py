@@ -24,6 +24,7 @@ from ..core.tree import TokenTree
 from ..kernels import ROW_INVARIANT_ROWS, CacheRows, Kernels
 from ..quant import FORMATS, QuantTensor, decode
 from ..rope import frequencies, tables
+from .gguf import ROPE_FACTORS
 from .linear import Linear
 
 SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2"}
@@ -121,7 +122,8 @@ class NativeLlama:
             (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
              config.intermediate_size),
             [(w.input_norm, w.post_norm, w.qkv, w.out, w.gate_up, w.down) for w in self.layers])
-        self._inv_freq, self._rope_scale = frequencies(config)
+        self._rope_factors = weights.get(ROPE_FACTORS)  # [d / 2] or None (`gguf.ROPE_FACTORS`)
+        self._inv_freq, self._rope_scale = frequencies(config, self._rope_factors)
         self._rope_cache(1024)
         formats = {str(kind).removeprefix("torch.") for linear in self.linears()
                    for kind, _ in linear.parts()}
@@ -234,6 +236,8 @@ class NativeLlama:
         named = {f"model.layers.0.{name}": tensor for name, tensor in weights.items()}
         named.update({"model.embed_tokens.weight": torch.empty(0, self.hidden_size),  # unused:
                       "lm_head.weight": lm_head})  # the layer runs on vectors
+        if self._rope_factors is not None:
+            named[ROPE_FACTORS] = self._rope_factors
         return NativeLlama(config, named, self.dtype, self.kernels)
 
     def run(self, cache: StaticKVCache, x: torch.Tensor, positions: torch.Tensor | None = None,

@@ -240,6 +240,10 @@ def _gguf_metadata(gguf: Path) -> Path:
                  AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)]
     except Exception as exc:  # a corrupt or unsupported file is the user's input, not our bug
         raise ModelLoadError(f"cannot read GGUF file {gguf}: {_first_line(exc)}") from exc
+    if parts[1].model_type == "mistral":
+        # llama.cpp writes Mistral as "llama" and attends to the whole context; the 4096-token
+        # window transformers gives a file it names Mistral is its config's default, not the file's
+        parts[1].sliding_window = None
     _write_aside(target, lambda tmp: [part.save_pretrained(tmp) for part in parts])
     return target
 

@@ -1,6 +1,8 @@
 """`specdecode bench --distance`: how far a GGUF model's quantized arithmetic moves greedy tokens
-from the fp32 reference (the same file dequantized, computed in fp32), for our kernels and for
-llama.cpp on the same file.
+from the fp32 reference, for our kernels and for llama.cpp on the same file. The reference is
+transformers' own reading of the file (its GGUF loader, dequantized, computed in fp32): code
+independent of ours, so a file our loader misreads (a layout rule, a scaling it does not apply)
+shows as low agreement rather than agreeing with itself.
 
 Two measures on the first turn of Spec-Bench prompts:
 - teacher-forced top-1 agreement: along the reference's own greedy continuation, the share of
@@ -59,7 +61,7 @@ def distance_report(args: argparse.Namespace, model: LoadedModel) -> str:
     path = gguf_file(args.model)
     if path is None:
         raise SystemExit("specdecode: error: --distance needs a GGUF model")
-    reference = load_model(args.model, dtype="float32")
+    reference = load_model(args.model, backend="transformers")
     questions = select(load_questions(args.questions), args.limit)
     plain_ref, plain_ours = SpecDecoder(reference, "ar"), SpecDecoder(model, "ar")
     peer = forcing = None
@@ -81,7 +83,8 @@ def distance_report(args: argparse.Namespace, model: LoadedModel) -> str:
             scores = forcing.scores[len(prompt) - 1 : len(prompt) - 1 + len(expected)]
             greedy, _ = peer.generate(prompt, args.max_new_tokens, 0.0, 0, model.eos_token_ids)
             llama.add(expected, scores.argmax(-1).tolist(), greedy)
-    lines = [f"distance from the fp32 reference ({args.model} dequantized, fp32 arithmetic): "
+    lines = [f"distance from the fp32 reference (transformers' reading of {args.model}, "
+             f"dequantized, fp32 arithmetic): "
              f"{len(questions)} Spec-Bench prompts (first turns), {args.max_new_tokens} new tokens",
              "", "| path | teacher-forced top-1 agreement | identical greedy outputs | "
              "mean share before the first difference |", "|---|---:|---:|---:|",
