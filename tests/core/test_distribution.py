@@ -23,6 +23,7 @@ import torch
 from scipy.stats import chi2_contingency
 
 import specdecode.core.engine
+import specdecode.drafters.draft_model
 from specdecode.core.engine import generate
 from specdecode.core.sampling import SamplingParams, sample
 from specdecode.core.sequence import DraftLimit, GenerationConfig
@@ -149,6 +150,35 @@ def test_broken_verifier_is_detected_by_the_same_test(monkeypatch, target_model,
     """Power check: the test above rejects a verifier that skips the residual distribution."""
     monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_sampling_without_residual)
     pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama.from_hf(draft_model)), T1, 2)
+    assert pvalue < ALPHA
+
+
+def reduced_vocabulary_drafter(draft_model) -> DraftModel:
+    """The draft model with its output layer cut to tokens 1 and 3 (q is zero at 0 and 2)."""
+    ids = torch.tensor([1, 3])
+    return DraftModel(NativeLlama.from_hf(draft_model).with_vocabulary(ids), "cut", ids, V)
+
+
+def test_sampling_with_a_drafter_over_a_reduced_vocabulary_matches_plain_sampling(target_model,
+                                                                                  draft_model):
+    pvalue = speculative_pvalue(target_model, reduced_vocabulary_drafter(draft_model), T1, 2)
+    assert pvalue > ALPHA
+
+
+def test_a_reduced_vocabulary_q_left_at_its_own_columns_is_detected(monkeypatch, target_model,
+                                                                    draft_model):
+    """Power check: q over the cut vocabulary's columns, not scattered to the token ids, is
+    caught (the verifier would read tokens 1 and 3's probabilities at columns 0 and 1)."""
+    real = specdecode.drafters.draft_model.draft_chain
+
+    def unscattered(forward, first, length, params, generator, vocabulary, vocab_size, stop):
+        draft = real(forward, first, length, params, generator, vocabulary, vocab_size, stop)
+        if draft.q is not None:
+            draft.q = torch.nn.functional.pad(draft.q[:, vocabulary], (0, V - len(vocabulary)))
+        return draft
+
+    monkeypatch.setattr(specdecode.drafters.draft_model, "draft_chain", unscattered)
+    pvalue = speculative_pvalue(target_model, reduced_vocabulary_drafter(draft_model), T1, 2)
     assert pvalue < ALPHA
 
 

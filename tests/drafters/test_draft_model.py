@@ -8,7 +8,7 @@ import torch
 from specdecode.core.engine import generate
 from specdecode.core.sampling import SamplingParams
 from specdecode.core.sequence import DraftLimit, GenerationConfig
-from specdecode.drafters.draft_model import DraftModel
+from specdecode.drafters.draft_model import DraftModel, _Columns
 from specdecode.drafters.plain import NoDrafter
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
@@ -42,3 +42,22 @@ def test_sampling_with_a_draft_model_is_reproducible_for_a_seed(make_target):
                      DraftLimit(3, 3)).token_ids for _ in range(2)]
     assert runs[0] == runs[1] and all(0 <= t < 16 for t in runs[0])
     assert torch.tensor(runs[0]).numel() == 15
+
+
+def test_a_draft_model_over_a_reduced_vocabulary_keeps_greedy_output_and_drafts_only_its_ids(
+        make_target):
+    config = GenerationConfig(30)
+    plain = generate(make_target(11), NoDrafter(), PROMPT, config, None)
+    ids = torch.tensor([0, 2, 4, 6, 8, 10, 12, 14])
+    drafter = DraftModel(_Columns(make_target(12), ids), "cut", ids, 16)
+    drafted: list[int] = []
+    propose = drafter.propose
+    drafter.propose = lambda seq, budget: _record(propose(seq, budget), drafted)
+    result = generate(make_target(11), drafter, PROMPT, config, DraftLimit(4, 4))
+    assert result.token_ids == plain.token_ids
+    assert drafted and set(drafted) <= set(ids.tolist())
+
+
+def _record(draft, into: list[int]):
+    into.extend(draft.tokens.tolist())
+    return draft

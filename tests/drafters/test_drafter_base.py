@@ -12,7 +12,7 @@ from mock_target import MockTarget
 from specdecode.core.budget import DraftBudget
 from specdecode.core.sampling import SamplingParams, probabilities
 from specdecode.drafters import DRAFTERS, create_drafter, make_options, option
-from specdecode.drafters.base import Drafter, draft_chain, option_fields, register
+from specdecode.drafters.base import Drafter, draft_chain, drafter_class, option_fields, register
 from specdecode.errors import InvalidParameterError
 
 
@@ -50,6 +50,29 @@ def test_draft_chain_sampling_returns_the_distributions_it_sampled_from():
     assert all(draft.q[i, x] > 0 for i, x in enumerate(draft.tokens.tolist()))
 
 
+def test_draft_chain_chances_multiply_and_it_stops_before_a_path_below_the_bar():
+    p = float(torch.softmax(torch.tensor([3.0] + [0.0] * 6), -1)[0])  # Counting's confidence
+    model = Counting()
+    draft = draft_chain(model, torch.tensor([1]), 6, SamplingParams(), None, stop_below=p**3.5)
+    assert draft.tokens.tolist() == [2, 3, 4]
+    torch.testing.assert_close(draft.chances, torch.tensor([p, p**2, p**3]))
+    # it looked at the fourth token (its chance p**4 < the bar) and fed nothing after it
+    assert draft.forwards == 4 and model.fed == [[1], [2], [3], [4]]
+    empty = draft_chain(Counting(), torch.tensor([1]), 6, SamplingParams(), None, stop_below=1.0)
+    assert len(empty) == 0 and empty.forwards == 1
+
+
+def test_draft_chain_over_a_reduced_vocabulary_proposes_ids_and_scatters_q():
+    model = Counting(vocab=3)  # columns 0..2 stand for ids 10, 11, 12 of 16
+    vocabulary = torch.tensor([10, 11, 12])
+    params = SamplingParams(temperature=1.0)
+    draft = draft_chain(lambda t: model(t - 10 if t.max() >= 10 else t), torch.tensor([0]), 2,
+                        params, torch.Generator().manual_seed(0), vocabulary, 16)
+    assert set(draft.tokens.tolist()) <= {10, 11, 12} and draft.q.shape == (2, 16)
+    assert float(draft.q[:, :10].abs().sum() + draft.q[:, 13:].abs().sum()) == 0.0
+    torch.testing.assert_close(draft.q.sum(-1), torch.ones(2))
+
+
 def test_every_drafter_is_registered_and_unknown_names_raise():
     assert {"ar", "lookup", "draft", "layerskip", "eagle", "medusa"} <= set(DRAFTERS)
     with pytest.raises(InvalidParameterError, match="unknown method"):
@@ -66,8 +89,16 @@ def test_create_drafter_builds_lookup_from_its_options():
 
 
 def test_draft_method_without_a_draft_model_raises():
-    with pytest.raises(InvalidParameterError, match="needs --draft-model"):
-        create_drafter("draft", None)
+    with pytest.raises(InvalidParameterError, match="needs --draft-model.*mock has no default"):
+        create_drafter("draft", SimpleNamespace(name="mock", drafter=None))
+
+
+def test_draft_method_takes_the_targets_own_drafter_by_default():
+    cls = drafter_class("draft")
+    options = make_options("draft", {})
+    assert cls.unavailable(SimpleNamespace(name="q", drafter="small-alias"), options) is None
+    assert [c["draft_model"] for c in cls.tune_candidates(
+        SimpleNamespace(name="q", drafter="small-alias"), None)] == ["small-alias"] * 3
 
 
 def test_options_take_their_own_fields_parse_text_and_validate_in_one_line():

@@ -417,3 +417,20 @@ def test_a_layer_without_an_input_norm_runs_in_one_call_as_in_the_loop(kernel_pa
 
     one_call, loop = one_call_and_loop(head, run)
     assert [i for i, (a, b) in enumerate(zip(one_call, loop)) if not torch.equal(a, b)] == []
+
+
+@pytest.mark.parametrize("qtype", [None, "Q8_0"])
+def test_a_model_cut_to_some_vocabulary_rows_scores_exactly_those_columns(qtype, tiny_llama):
+    from specdecode.quant import quantize
+
+    full = NativeLlama.from_hf(tiny_llama(0, vocab=64))
+    if qtype:
+        full.lm_head = quantize(full.lm_head, qtype)
+        full._lm_head = full._linear(full.lm_head)
+    ids = torch.tensor([1, 5, 6, 40, 63])
+    cut = full.with_vocabulary(ids)
+    tokens = torch.tensor([3, 9, 27, 1])
+    expected = full.logits(full.hidden(full.new_cache(), tokens))[:, ids]
+    got = cut.logits(cut.hidden(cut.new_cache(), tokens))
+    assert cut.vocab_size == 5 and got.shape == (4, 5)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)

@@ -191,10 +191,11 @@ def _verifier_config(verifier: str, trained_on: str | None) -> dict:
     """The verifier's config.json: from `verifier` when it names a local model (directory, .gguf
     or alias), else from the model the head was trained on when that is local, else from the hub
     (a one-line ModelLoadError when offline)."""
-    from ..models.loader import EMBEDDED, resolve_source
+    from ..models.loader import EMBEDDED, PARTED, resolve_source
 
     def is_local(name: str | None) -> bool:
-        return bool(name) and (name in EMBEDDED or Path(name).expanduser().exists())
+        return bool(name) and (name in EMBEDDED or name in PARTED
+                               or Path(name).expanduser().exists())
 
     name = verifier if is_local(verifier) or not is_local(trained_on) else trained_on
     source, _ = resolve_source(name)

@@ -41,11 +41,15 @@ class DraftBudget:
     """The most a drafter may propose for one step: `nodes` draft tokens in all, on paths of at
     most `depth` (a chain: min(nodes, depth) tokens). Zero nodes: plain decoding. `min_chance`:
     the step will not score a node whose chance is below it (what the first draft row would have
-    to bring to pay for itself), so a drafter may stop there."""
+    to bring to pay for itself), so a drafter may stop there. `token_seconds`: what a token costs
+    in this step without drafts, against which a drafter can weigh its own time per node."""
 
     nodes: int
     depth: int
     min_chance: float = 0.0
+    # seconds a token of this step costs without drafts (the step over its sequences; 0: not
+    # measured): a drafter whose own forwards take time weighs them against it
+    token_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

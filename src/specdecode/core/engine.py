@@ -119,10 +119,11 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
     planned = []
     for drafter, seq in work:  # 1 propose, each draft within what the step could score
         t0 = clock()
-        price = (0.0 if cost is None else
-                 min_chance(cost, rows, cached, len(work), seq.length) if jointly else
-                 min_chance(cost, 1, seq.length, 1, seq.length))
-        planned.append(_Planned(drafter, seq, _propose(target, drafter, seq, price),
+        price = ((0.0, 0.0) if cost is None else
+                 (min_chance(cost, rows, cached, len(work), seq.length),
+                  cost.step(rows, cached) / len(work)) if jointly else
+                 (min_chance(cost, 1, seq.length, 1, seq.length), cost.step(1, seq.length)))
+        planned.append(_Planned(drafter, seq, _propose(target, drafter, seq, *price),
                                 clock() - t0))
     shared = None  # the step's shape, by which a jointly drafted sequence's gain is judged
     if cost is not None:
@@ -149,9 +150,11 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
             for p, h, lg in zip(planned, hiddens, logits)]
 
 
-def _propose(target: Target, drafter: Drafter, seq: Sequence, price: float) -> Draft:
+def _propose(target: Target, drafter: Drafter, seq: Sequence, price: float,
+             token_seconds: float) -> Draft:
     left = min(seq.config.max_new_tokens - seq.stats.new_tokens, target.max_length - seq.length)
-    budget = seq.limit.budget(left - 1, price) if seq.limit else None  # room for the bonus token
+    # room for the bonus token
+    budget = seq.limit.budget(left - 1, price, token_seconds) if seq.limit else None
     if not budget or budget.nodes == 0 or not seq.limit.gate.open():
         return EMPTY_DRAFT
     return drafter.propose(seq, budget)

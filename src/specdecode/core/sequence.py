@@ -56,11 +56,12 @@ class DraftLimit:
                                         f"max-draft-depth >= 1, got {self.nodes}, {self.depth}")
         self.max_depth = max(self.max_depth, self.depth)
 
-    def budget(self, room: int, min_chance: float = 0.0) -> DraftBudget:
+    def budget(self, room: int, min_chance: float = 0.0,
+               token_seconds: float = 0.0) -> DraftBudget:
         """This step's caps when at most `room` more tokens may be drafted (and the chance below
-        which the step scores no node)."""
+        which the step scores no node, and a token's seconds without drafts)."""
         return DraftBudget(max(min(self.nodes, room), 0), max(min(self.depth, room), 0),
-                           min_chance)
+                           min_chance, token_seconds)
 
     def update(self, depth: int, accepted: int) -> None:
         if not self.adaptive or depth == 0:

@@ -192,26 +192,46 @@ def draft_chain(
     length: int,
     params: SamplingParams,
     generator: torch.Generator | None,
+    vocabulary: torch.Tensor | None = None,
+    vocab_size: int | None = None,
+    stop_below: float = 0.0,
 ) -> Draft:
     """Autoregressive drafting with any causal model: feed `first` ([T] int64, T >= 1), then take
-    `length` tokens one at a time, each from q = probabilities(draft logits) (the argmax when
-    greedy).
+    up to `length` tokens one at a time, each from q = probabilities(draft logits) (the argmax
+    when greedy). A token's chance is the product of the draft model's probabilities of the
+    tokens up to it (its confidence that the whole path is right, as EAGLE-2 ranks its nodes);
+    drafting stops before a token whose chance is below `stop_below`. The draft's `forwards`
+    counts the calls of `forward`: it has fed `first` and the draft's first forwards - 1 tokens.
 
-    `forward` appends tokens to the draft model's cache and returns their logits [T, V]."""
-    tokens, qs = [], []
-    logits = forward(first)[-1]
+    `forward` appends tokens to the draft model's cache and returns their logits [T, V'].
+    `vocabulary`: [V'] int64, the token id each logits column scores (a drafter whose output layer
+    covers only some tokens), None: column i is token i. The draft's q are then over all
+    `vocab_size` ids, zero outside `vocabulary`: a token is drafted from exactly that q."""
+    tokens, qs, chances = [], [], []
+    logits, forwards, chance = forward(first)[-1], 1, 1.0
     for i in range(length):
         if params.greedy:
-            token = torch.tensor(greedy_tokens(logits[None])[0], device=logits.device)
+            pick = torch.tensor(greedy_tokens(logits[None])[0], device=logits.device)
+            chance *= float(torch.softmax(logits.float(), -1)[pick])
         else:
             q = probabilities(logits, params)
+            pick = sample(q, generator)
+            chance *= float(q[pick])
+            if vocabulary is not None:
+                q = torch.zeros(vocab_size, dtype=q.dtype).index_copy_(0, vocabulary, q)
+        if chance < stop_below:
+            break
+        if not params.greedy:
             qs.append(q)
-            token = sample(q, generator)
+        token = pick if vocabulary is None else vocabulary[pick]
         tokens.append(token)
+        chances.append(chance)
         if i + 1 < length:
-            logits = forward(token.view(1))[-1]
+            logits, forwards = forward(token.view(1))[-1], forwards + 1
+    if not tokens:
+        return Draft(torch.empty(0, dtype=torch.long), None, forwards)
     q = torch.stack(qs) if qs else None
-    return Draft(torch.stack(tokens).long(), q, forwards=length)
+    return Draft(torch.stack(tokens).long(), q, forwards, chances=torch.tensor(chances))
 
 
 def create_drafter(method: str, model: "LoadedModel", options=None) -> Drafter:

@@ -1,17 +1,23 @@
 """`draft`: a separate, smaller causal LM with the same tokenizer drafts autoregressively, with
 its own KV cache per sequence. Between steps that cache is rolled back to the longest prefix it
-shares with the context, so only the tokens it has not seen are fed again."""
+shares with the context, so only the tokens it has not seen are fed again. Its output layer may
+cover only the most frequent tokens (`--draft-vocab`, `vocabulary`)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 
 from ..core.budget import DraftBudget
-from ..errors import InvalidParameterError, VocabularyMismatchError
+from ..errors import InvalidParameterError
 from ..models.target import Target, forward
 from .base import EMPTY_DRAFT, Draft, Drafter, draft_chain, option, register
+from .vocabulary import proposable_ids
+
+
+FORWARD_WEIGHT = 0.1  # weight of the newest draft in `forward_seconds`
 
 
 @dataclass
@@ -26,18 +32,31 @@ class DraftModel(Drafter):
     class Options:
         draft_model: str | None = option(
             None, "a smaller model with the same tokenizer (alias, .gguf file, directory or hub "
-                  "id)")
+                  "id); default: the target alias's own drafter (qwen2.5-coder-1.5b: "
+                  "qwen2.5-coder-0.5b)")
+        draft_vocab: int = option(
+            0, "the draft model's output layer keeps only this many most frequent tokens (plus "
+               "special ones), which makes each draft token cheaper; 0: all")
+        draft_dtype: str = option(
+            "auto", "the draft model's weights: auto (as stored) or a format made on load (q4_0, "
+                    "q8_0: fewer bytes per draft token where it is stored wider)")
 
-    def __init__(self, model: Target, label: str = "draft model") -> None:
-        self.model = model
+    def __init__(self, model: Target, label: str = "draft model",
+                 vocabulary: torch.Tensor | None = None, vocab_size: int | None = None) -> None:
+        self.model = model  # logits over `vocabulary` when given: [V'] int64 token ids
         self.label = label
+        self.vocabulary, self.vocab_size = vocabulary, vocab_size
+        self.forward_seconds = 0.0  # a draft forward's seconds, moving average
 
     @classmethod
     def unavailable(cls, model, options: Options) -> str | None:
-        return None if options.draft_model else "method 'draft' needs --draft-model NAME_OR_PATH"
+        if options.draft_model or model.drafter:
+            return None
+        return f"method 'draft' needs --draft-model NAME_OR_PATH ({model.name} has no default)"
 
     @classmethod
     def tune_candidates(cls, model, draft_model: str | None) -> list[dict]:
+        draft_model = draft_model or model.drafter
         return ([{"max_draft_depth": d, "draft_model": draft_model} for d in (2, 4, 6)]
                 if draft_model else [])
 
@@ -48,9 +67,18 @@ class DraftModel(Drafter):
         reason = cls.unavailable(model, options)
         if reason:
             raise InvalidParameterError(reason)
-        drafter = load_model(options.draft_model, device=str(model.target.device))
-        check_same_vocabulary(model.tokenizer, drafter.tokenizer)
-        return cls(drafter.target, options.draft_model)
+        if options.draft_vocab < 0:
+            raise InvalidParameterError(f"--draft-vocab must be >= 0, got {options.draft_vocab}")
+        name = options.draft_model or model.drafter
+        drafter = load_model(name, device=str(model.target.device), dtype=options.draft_dtype)
+        ids = proposable_ids(model.tokenizer, drafter.tokenizer, drafter.target.vocab_size,
+                             model.target.vocab_size, options.draft_vocab)
+        label = name if ids is None else f"{name}, {len(ids)} tokens"
+        if ids is None:
+            return cls(drafter.target, label)
+        if hasattr(drafter.target, "with_vocabulary"):  # a smaller output layer: cheaper steps
+            return cls(drafter.target.with_vocabulary(ids), label, ids, model.target.vocab_size)
+        return cls(_Columns(drafter.target, ids), label, ids, model.target.vocab_size)
 
     def start(self, seq) -> None:
         seq.drafter_state = _State(self.model.new_cache(), torch.empty(0, dtype=torch.long))
@@ -65,19 +93,37 @@ class DraftModel(Drafter):
         length = min(budget.nodes, budget.depth, self.model.max_length - context.shape[0])
         if length < 1:  # the draft model's context window is full: let the target go on alone
             return EMPTY_DRAFT
+        # a node is worth its forward when its chance brings more than the forward costs (in
+        # the step's tokens) on top of what its row costs (min_chance)
+        stop_below = budget.min_chance + (self.forward_seconds / budget.token_seconds
+                                          if budget.token_seconds > 0 else 0.0)
+        t0 = time.perf_counter()
         draft = draft_chain(lambda tokens: forward(self.model, state.cache, tokens),
-                            context[keep:], length, seq.sampling, seq.generator)
-        state.cached = torch.cat([context, draft.tokens[:-1]])  # the last draft token is never fed
+                            context[keep:], length, seq.sampling, seq.generator,
+                            self.vocabulary, self.vocab_size, stop_below)
+        seconds = (time.perf_counter() - t0) / draft.forwards
+        self.forward_seconds = seconds if not self.forward_seconds else (
+            (1 - FORWARD_WEIGHT) * self.forward_seconds + FORWARD_WEIGHT * seconds)
+        state.cached = torch.cat([context, draft.tokens[:draft.forwards - 1]])  # what it fed
         return draft
 
     def describe(self) -> str:
         return f"draft ({self.label})"
 
 
-def check_same_vocabulary(target_tokenizer, draft_tokenizer) -> None:
-    """Draft token ids are only meaningful to the target if both tokenizers map ids identically."""
-    if target_tokenizer.get_vocab() != draft_tokenizer.get_vocab():
-        raise VocabularyMismatchError(
-            f"the draft model's vocabulary ({len(draft_tokenizer)} tokens) differs from the "
-            f"target's ({len(target_tokenizer)} tokens); use a draft model with the same tokenizer"
-        )
+class _Columns:
+    """A target whose logits keep only some columns: a draft model that cannot cut its output
+    layer proposes the same tokens, no cheaper."""
+
+    def __init__(self, target: Target, ids: torch.Tensor) -> None:
+        self.target, self.ids = target, ids
+        self.max_length = target.max_length
+
+    def new_cache(self):
+        return self.target.new_cache()
+
+    def hidden(self, cache, tokens: torch.Tensor) -> torch.Tensor:
+        return self.target.hidden(cache, tokens)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.target.logits(hidden)[:, self.ids]

