@@ -165,6 +165,19 @@ def test_sampling_with_a_drafter_over_a_reduced_vocabulary_matches_plain_samplin
     assert pvalue > ALPHA
 
 
+def test_sampling_with_a_drafter_mixing_n_gram_matches_matches_plain_sampling(target_model,
+                                                                              draft_model):
+    drafter = DraftModel(NativeLlama.from_hf(draft_model), ngram=2)
+    assert speculative_pvalue(target_model, drafter, T1, 2) > ALPHA
+
+
+def test_broken_verifier_is_detected_through_the_mixing_drafter(monkeypatch, target_model,
+                                                                draft_model):
+    monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_sampling_without_residual)
+    drafter = DraftModel(NativeLlama.from_hf(draft_model), ngram=2)
+    assert speculative_pvalue(target_model, drafter, T1, 2) < ALPHA
+
+
 def test_a_reduced_vocabulary_q_left_at_its_own_columns_is_detected(monkeypatch, target_model,
                                                                     draft_model):
     """Power check: q over the cut vocabulary's columns, not scattered to the token ids, is

@@ -61,3 +61,22 @@ def test_a_draft_model_over_a_reduced_vocabulary_keeps_greedy_output_and_drafts_
 def _record(draft, into: list[int]):
     into.extend(draft.tokens.tolist())
     return draft
+
+
+def test_n_gram_matches_draft_for_free_where_they_promise_more_and_greedy_output_holds(
+        make_target):
+    config = GenerationConfig(60)
+    plain = generate(make_target(11), NoDrafter(), PROMPT, config, None)
+    drafter = DraftModel(make_target(12), ngram=3)
+    drafts: list = []
+    propose = drafter.propose
+    drafter.propose = lambda seq, budget: _record_draft(propose(seq, budget), drafts)
+    result = generate(make_target(11), drafter, PROMPT, config, DraftLimit(4, 4))
+    assert result.token_ids == plain.token_ids
+    matched = [d for d in drafts if d.forwards == 0 and len(d)]
+    assert matched and len(matched) < len(drafts)  # both sources drafted
+
+
+def _record_draft(draft, into: list):
+    into.append(draft)
+    return draft

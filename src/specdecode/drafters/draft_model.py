@@ -1,7 +1,12 @@
 """`draft`: a separate, smaller causal LM with the same tokenizer drafts autoregressively, with
 its own KV cache per sequence. Between steps that cache is rolled back to the longest prefix it
 shares with the context, so only the tokens it has not seen are fed again. Its output layer may
-cover only the most frequent tokens (`--draft-vocab`, `vocabulary`)."""
+cover only the most frequent tokens (`--draft-vocab`, `vocabulary`).
+
+Where the output copies its context (code edits, summaries), an n-gram match drafts for free
+(`lookup`'s index and estimates): each step takes the match when its expected accepted tokens are
+at least what the draft model's steps have been netting (accepted tokens less their forwards'
+time, in the step's tokens), else runs the draft model."""
 
 from __future__ import annotations
 
@@ -14,16 +19,23 @@ from ..core.budget import DraftBudget
 from ..errors import InvalidParameterError
 from ..models.target import Target, forward
 from .base import EMPTY_DRAFT, Draft, Drafter, draft_chain, option, register
+from .lookup import MatchEvidence, NgramIndex
 from .vocabulary import proposable_ids
 
 
 FORWARD_WEIGHT = 0.1  # weight of the newest draft in `forward_seconds`
+NET_WEIGHT = 0.2  # weight of the newest draft model step in a sequence's `net`
 
 
 @dataclass
 class _State:
     cache: object  # the draft model's KV cache for this sequence
     cached: torch.Tensor  # [c] int64: the tokens whose keys and values it holds
+    matches: MatchEvidence | None  # the n-gram index and its record (None: matching is off)
+    net: float | None = None  # the draft model's steps' accepted tokens less their cost, average
+    cost: float = 0.0  # the pending draft model step's forwards, in the step's tokens
+    matched: bool = False  # the pending draft is an n-gram match
+    match: tuple[int, list[int]] | None = None  # the last match: (context length, its tokens)
 
 
 @register("draft")
@@ -40,11 +52,16 @@ class DraftModel(Drafter):
         draft_dtype: str = option(
             "auto", "the draft model's weights: auto (as stored) or a format made on load (q4_0, "
                     "q8_0: fewer bytes per draft token where it is stored wider)")
+        draft_ngram: int = option(
+            5, "also draft n-gram matches from the context, up to this n-gram length, when they "
+               "promise more than the draft model nets (free drafts where output copies its "
+               "context); 0: off")
 
     def __init__(self, model: Target, label: str = "draft model",
-                 vocabulary: torch.Tensor | None = None, vocab_size: int | None = None) -> None:
+                 vocabulary: torch.Tensor | None = None, vocab_size: int | None = None,
+                 ngram: int = 0) -> None:
         self.model = model  # logits over `vocabulary` when given: [V'] int64 token ids
-        self.label = label
+        self.label, self.ngram = label, ngram
         self.vocabulary, self.vocab_size = vocabulary, vocab_size
         self.forward_seconds = 0.0  # a draft forward's seconds, moving average
 
@@ -67,21 +84,24 @@ class DraftModel(Drafter):
         reason = cls.unavailable(model, options)
         if reason:
             raise InvalidParameterError(reason)
-        if options.draft_vocab < 0:
-            raise InvalidParameterError(f"--draft-vocab must be >= 0, got {options.draft_vocab}")
+        if options.draft_vocab < 0 or options.draft_ngram < 0:
+            raise InvalidParameterError("--draft-vocab and --draft-ngram must be >= 0, got "
+                                        f"{options.draft_vocab}, {options.draft_ngram}")
         name = options.draft_model or model.drafter
         drafter = load_model(name, device=str(model.target.device), dtype=options.draft_dtype)
         ids = proposable_ids(model.tokenizer, drafter.tokenizer, drafter.target.vocab_size,
                              model.target.vocab_size, options.draft_vocab)
         label = name if ids is None else f"{name}, {len(ids)} tokens"
+        label += f", n-gram matches up to {options.draft_ngram}" if options.draft_ngram else ""
         if ids is None:
-            return cls(drafter.target, label)
-        if hasattr(drafter.target, "with_vocabulary"):  # a smaller output layer: cheaper steps
-            return cls(drafter.target.with_vocabulary(ids), label, ids, model.target.vocab_size)
-        return cls(_Columns(drafter.target, ids), label, ids, model.target.vocab_size)
+            return cls(drafter.target, label, ngram=options.draft_ngram)
+        cut = (drafter.target.with_vocabulary(ids) if hasattr(drafter.target, "with_vocabulary")
+               else _Columns(drafter.target, ids))  # a smaller output layer: cheaper steps
+        return cls(cut, label, ids, model.target.vocab_size, options.draft_ngram)
 
     def start(self, seq) -> None:
-        seq.drafter_state = _State(self.model.new_cache(), torch.empty(0, dtype=torch.long))
+        seq.drafter_state = _State(self.model.new_cache(), torch.empty(0, dtype=torch.long),
+                                   MatchEvidence(NgramIndex(self.ngram)) if self.ngram else None)
 
     def propose(self, seq, budget: DraftBudget) -> Draft:
         state, context = seq.drafter_state, seq.context
@@ -93,19 +113,59 @@ class DraftModel(Drafter):
         length = min(budget.nodes, budget.depth, self.model.max_length - context.shape[0])
         if length < 1:  # the draft model's context window is full: let the target go on alone
             return EMPTY_DRAFT
-        # a node is worth its forward when its chance brings more than the forward costs (in
-        # the step's tokens) on top of what its row costs (min_chance)
-        stop_below = budget.min_chance + (self.forward_seconds / budget.token_seconds
-                                          if budget.token_seconds > 0 else 0.0)
+        # a forward's seconds in the step's tokens: a node is worth its forward when its chance
+        # brings more than that on top of what its row costs (min_chance)
+        forward_cost = (self.forward_seconds / budget.token_seconds
+                        if budget.token_seconds > 0 else 0.0)
+        match = self._match(state, context, length, budget.min_chance)
+        state.matched = (match is not None and state.net is not None
+                         and float(match.chances.sum()) >= state.net)
+        if state.matched:
+            return match
         t0 = time.perf_counter()
         draft = draft_chain(lambda tokens: forward(self.model, state.cache, tokens),
                             context[keep:], length, seq.sampling, seq.generator,
-                            self.vocabulary, self.vocab_size, stop_below)
+                            self.vocabulary, self.vocab_size, budget.min_chance + forward_cost)
         seconds = (time.perf_counter() - t0) / draft.forwards
         self.forward_seconds = seconds if not self.forward_seconds else (
             (1 - FORWARD_WEIGHT) * self.forward_seconds + FORWARD_WEIGHT * seconds)
         state.cached = torch.cat([context, draft.tokens[:draft.forwards - 1]])  # what it fed
+        state.cost = draft.forwards * forward_cost
         return draft
+
+    def _match(self, state: _State, context: torch.Tensor, length: int,
+               min_chance: float) -> Draft | None:
+        """The longest n-gram match's continuation with its chances (`lookup`), None if none.
+        The match found the step before is judged first against the tokens committed since,
+        whether or not it was drafted, so the estimates learn while the draft model drafts."""
+        if state.matches is None:
+            return None
+        matches = state.matches
+        if state.match:
+            start, tokens = state.match
+            new = context[start:].tolist()
+            judged = min(len(tokens), len(new))
+            agree = next((j for j in range(judged) if tokens[j] != new[j]), judged)
+            matches.record(judged, agree)
+            state.match = None
+        matches.index.extend(context)
+        for n in range(self.ngram, 0, -1):
+            tokens = matches.index.continuation(n, length)
+            if tokens:
+                matches.pending, state.match = n, (len(context), tokens)
+                chances = [c for c in matches.chances(n, len(tokens)) if c >= min_chance]
+                if not chances:
+                    return None
+                return Draft(torch.tensor(tokens[: len(chances)]), None,
+                             chances=torch.tensor(chances))
+        return None
+
+    def observe(self, seq, scored: int, accepted: int) -> None:
+        state = seq.drafter_state
+        if not state.matched and scored:
+            net = accepted - state.cost
+            state.net = net if state.net is None else (
+                (1 - NET_WEIGHT) * state.net + NET_WEIGHT * net)
 
     def describe(self) -> str:
         return f"draft ({self.label})"
