@@ -16,8 +16,10 @@ from .errors import InvalidParameterError
 from .models import LoadedModel
 from .profiles import load_profile
 
-# The fastest lossless method measured on the default model (BENCHMARKS.md).
+# The fastest lossless method measured on the default model, and on a model whose alias names a
+# draft model (the Qwen2.5-Coder 1.5B with its 0.5B; BENCHMARKS.md).
 DEFAULT_METHOD = "lookup"
+DEFAULT_WITH_DRAFTER = "draft"
 TUNED_SECTION = "tune"  # the profile section `specdecode tune` writes
 
 
@@ -58,7 +60,7 @@ def tuned_defaults(model: LoadedModel) -> dict | None:
 def resolve(model: LoadedModel, method: str | None = None, *, max_draft_nodes: int | None = None,
             max_draft_depth: int | None = None, adaptive: bool = False,
             options: dict[str, Any] | None = None, tuned: bool = True) -> DecodingSpec:
-    """The spec for `method` (default: the tuned profile's, else DEFAULT_METHOD) with the user's
+    """The spec for `method` (default: the tuned profile's, else `default_method`) with the user's
     values: the draft caps and the drafter options they set (by field name, None = unset;
     options of other drafters are ignored). What the user left unset comes from the model's tuned
     profile when it tuned this method (tuned=False: never), else from the drafter's defaults.
@@ -68,7 +70,7 @@ def resolve(model: LoadedModel, method: str | None = None, *, max_draft_nodes: i
     check_caps(max_draft_nodes, max_draft_depth)
     profile = tuned_defaults(model) if tuned else None
     method = method or (profile["method"] if profile and profile["method"] in DRAFTERS
-                        else DEFAULT_METHOD)
+                        else default_method(model))
     cls = drafter_class(method)
     note = None
     if profile and profile["method"] == method:
@@ -84,6 +86,11 @@ def resolve(model: LoadedModel, method: str | None = None, *, max_draft_nodes: i
     if reason:
         raise InvalidParameterError(reason)
     return DecodingSpec(method, drafter_options, max_draft_nodes, max_draft_depth, adaptive, note)
+
+
+def default_method(model: LoadedModel) -> str:
+    """The built-in default for this model (without a tuned profile)."""
+    return DEFAULT_WITH_DRAFTER if getattr(model, "drafter", None) else DEFAULT_METHOD
 
 
 def check_options(method: str | None, max_draft_nodes: int | None, max_draft_depth: int | None,

@@ -14,7 +14,7 @@ from ..core.batch import MAX_BATCH, SPECULATION
 from ..drafters import DRAFTERS
 from ..errors import InvalidParameterError, SpecDecodeError
 from ..models import DEFAULT_MODEL
-from ..spec import DEFAULT_METHOD
+from ..spec import DEFAULT_METHOD, DEFAULT_WITH_DRAFTER
 from .export import DEFAULT_VERIFIER, FORMATS
 from .options import add_drafter_arguments
 
@@ -47,8 +47,9 @@ def _add_method_arg(p: argparse.ArgumentParser) -> None:
     methods = ", ".join(sorted(DRAFTERS))
     p.add_argument("--method",
                    help=f"decoding method: {methods} (default: the model's tuned profile if "
-                        f"`specdecode tune` ran, else {DEFAULT_METHOD}, the fastest lossless "
-                        "method measured on the default model; ar = plain decoding)")
+                        f"`specdecode tune` ran, else the fastest lossless method measured: "
+                        f"{DEFAULT_WITH_DRAFTER} on a model whose alias names a draft model "
+                        f"(qwen2.5-coder-1.5b), {DEFAULT_METHOD} on others; ar = plain decoding)")
 
 
 def build_parser() -> argparse.ArgumentParser:

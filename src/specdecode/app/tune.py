@@ -18,7 +18,7 @@ from ..drafters import DRAFTERS, make_options
 from ..errors import SpecDecodeError
 from ..models import LoadedModel
 from ..pipeline import SpecDecoder
-from ..spec import DEFAULT_METHOD, TUNED_SECTION, DecodingSpec, resolve
+from ..spec import TUNED_SECTION, DecodingSpec, default_method, resolve
 
 PROFILE_SECTION = TUNED_SECTION
 # timings of one configuration move this much between runs here (2 cores): a configuration must
@@ -29,7 +29,8 @@ NOISE = 0.03
 def candidates(model: LoadedModel, draft_model: str | None) -> list[DecodingSpec]:
     """Plain decoding first (the reference), the built-in default second, then every drafter's
     candidates that can run here, each once."""
-    found = [resolve(model, "ar", tuned=False), resolve(model, DEFAULT_METHOD, tuned=False)]
+    found = [resolve(model, "ar", tuned=False),
+             resolve(model, default_method(model), tuned=False)]
     for method in sorted(DRAFTERS):
         cls = DRAFTERS[method]
         for variant in cls.tune_candidates(model, draft_model):

@@ -47,11 +47,11 @@ class DraftModel(Drafter):
                   "id); default: the target alias's own drafter (qwen2.5-coder-1.5b: "
                   "qwen2.5-coder-0.5b)")
         draft_vocab: int = option(
-            0, "the draft model's output layer keeps only this many most frequent tokens (plus "
-               "special ones), which makes each draft token cheaper; 0: all")
+            65536, "the draft model's output layer keeps only this many most frequent tokens "
+                   "(plus special ones), which makes each draft token cheaper; 0: all")
         draft_dtype: str = option(
-            "auto", "the draft model's weights: auto (as stored) or a format made on load (q4_0, "
-                    "q8_0: fewer bytes per draft token where it is stored wider)")
+            "q4_0", "the draft model's weights: a format made on load (q4_0, q8_0: fewer bytes "
+                    "per draft token than wider stored formats) or auto (as stored)")
         draft_ngram: int = option(
             5, "also draft n-gram matches from the context, up to this n-gram length, when they "
                "promise more than the draft model nets (free drafts where output copies its "
@@ -166,6 +166,11 @@ class DraftModel(Drafter):
             net = accepted - state.cost
             state.net = net if state.net is None else (
                 (1 - NET_WEIGHT) * state.net + NET_WEIGHT * net)
+
+    @property
+    def default_budget(self) -> DraftBudget:
+        # deeper than a chain's usual 4: each chain stops where its chance no longer pays
+        return DraftBudget(6, 6)
 
     def describe(self) -> str:
         return f"draft ({self.label})"

@@ -18,10 +18,11 @@ GROUPS = {
     "question answering": {"qa"},
     "mathematical reasoning": {"math_reasoning"},
     "retrieval-augmented generation": {"rag"},
+    "code generation": {"code"},  # not in Spec-Bench: HumanEval-style prompts of --questions files
 }
 SHORT = {"multi-turn conversation": "mt-bench", "translation": "trans", "summarization": "sum",
          "question answering": "qa", "mathematical reasoning": "math",
-         "retrieval-augmented generation": "rag"}
+         "retrieval-augmented generation": "rag", "code generation": "code"}
 # transformers generate() (plain, prompt lookup, draft model) on the same weights, and llama.cpp
 # (plain, prompt lookup) on the model's GGUF file
 LLAMA_CPP_PEERS = ("llamacpp", "llamacpp-lookup")
