@@ -80,6 +80,7 @@ class MockTarget:
     device = torch.device("cpu")
     dtype = torch.float32
     weights = "float64"
+    scores_trees = True
 
     def __init__(self, vocab: int = 24, hidden: int = 16, layers: int = 3,
                  max_length: int = 160, seed: int = 0, sharpness: float = 4.0) -> None:

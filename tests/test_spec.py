@@ -19,3 +19,16 @@ def test_a_model_naming_its_draft_model_defaults_to_drafting_with_it():
 
 def test_a_model_without_one_keeps_the_general_default():
     assert resolve(_model(None)).method == DEFAULT_METHOD == "lookup"
+
+
+def test_a_tree_drafter_on_a_target_that_scores_chains_only_is_refused_with_the_reason():
+    import pytest
+
+    from specdecode.errors import InvalidParameterError
+    from specdecode.models.target import HFTarget
+
+    model = _model(None)
+    model.target = HFTarget.__new__(HFTarget)  # its class's capabilities; no weights needed
+    with pytest.raises(InvalidParameterError, match="suffix proposes token trees.*chains only"):
+        resolve(model, "suffix")
+    assert resolve(model, "lookup").method == "lookup"

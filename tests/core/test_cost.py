@@ -77,3 +77,12 @@ def test_a_few_rows_cost_what_was_measured_after_either_context_and_linear_betwe
     # further row, what it adds per cached token
     assert cost.step(16, 16 * 1064) == pytest.approx(4.8 + (4.0 - 2.4) + 0.001 * 8 * 1000)
     assert cost.step(9, 9 * 64) == pytest.approx(2.4 + 0.2)
+
+
+def test_a_noisy_curve_where_more_rows_cost_less_never_prices_a_row_below_zero():
+    noisy = StepCost((1, 2, 4, 8, 16), (1.0, 1.3, 1.2, 1.1, 2.0), long_context=1024,
+                     long_seconds=(2.0, 1.9, 2.5))
+    assert noisy.seconds == (1.0, 1.3, 1.3, 1.3, 2.0)
+    assert noisy.long_seconds == (2.0, 2.0, 2.5)
+    assert noisy.row_cost() >= 0.0
+    assert all(noisy.step(r + 1, (r + 1) * 300) >= noisy.step(r, r * 300) for r in range(1, 20))

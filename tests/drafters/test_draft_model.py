@@ -80,3 +80,33 @@ def test_n_gram_matches_draft_for_free_where_they_promise_more_and_greedy_output
 def _record_draft(draft, into: list):
     into.append(draft)
     return draft
+
+
+def test_a_draft_model_reading_only_the_last_tokens_keeps_greedy_output(make_target):
+    config = GenerationConfig(30)
+    long_prompt = PROMPT * 4
+    plain = generate(make_target(11), NoDrafter(), long_prompt, config, None)
+    drafter = DraftModel(make_target(12), window=5)
+    fed: list[int] = []
+    model = drafter.model
+    drafter.model = _Feeding(model, fed)
+    result = generate(make_target(11), drafter, long_prompt, config, DraftLimit(4, 4))
+    assert result.token_ids == plain.token_ids
+    assert fed[0] == 5  # the first feed is the window, not the 32-token prompt
+
+
+class _Feeding:
+    """A draft model that records how many tokens each call feeds."""
+
+    def __init__(self, model, fed: list[int]) -> None:
+        self.model, self.fed, self.max_length = model, fed, model.max_length
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def hidden(self, cache, tokens):
+        self.fed.append(tokens.shape[0])
+        return self.model.hidden(cache, tokens)
+
+    def logits(self, hidden):
+        return self.model.logits(hidden)

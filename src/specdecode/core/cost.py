@@ -11,6 +11,7 @@ profile, where later processes on the same machine and kernel path find it.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import platform
 import statistics
@@ -58,6 +59,12 @@ class StepCost:
     per_cached: float = 0.0
     long_context: int = 0
     long_seconds: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        # a step of more rows never costs less than one of fewer: timing noise that says so
+        # (a busy host, the transformers backend) would price every draft row as free
+        for name in ("seconds", "long_seconds"):
+            object.__setattr__(self, name, tuple(itertools.accumulate(getattr(self, name), max)))
 
     @classmethod
     def linear(cls, row_cost: float, per_cached: float = 0.0) -> "StepCost":

@@ -77,6 +77,7 @@ class Drafter(ABC):
     uses_features: ClassVar[bool] = False  # True: the engine calls `observe_features`
     uses_logits: ClassVar[bool] = False  # True: the engine calls `observe_logits`
     requires: ClassVar[tuple[type, ...]] = ()  # target capabilities (`models.target`) it needs
+    proposes_trees: ClassVar[bool] = False  # True: needs a target that scores trees
 
     @classmethod
     @abstractmethod
@@ -91,6 +92,10 @@ class Drafter(ABC):
         if missing:
             return (f"{cls.name} needs a target with {' and '.join(missing)} (the native backend,"
                     " a Llama-family model)")
+        if cls.proposes_trees and not getattr(model.target, "scores_trees", False):
+            return (f"{cls.name} proposes token trees, which this target cannot score (the "
+                    "transformers backend verifies chains only): use the native backend or a "
+                    "chain drafter (lookup, draft)")
         return None
 
     @classmethod

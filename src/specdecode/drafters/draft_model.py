@@ -24,6 +24,7 @@ from .vocabulary import proposable_ids
 
 
 FORWARD_WEIGHT = 0.1  # weight of the newest draft in `forward_seconds`
+CATCH_UP = 16  # a step feeding more tokens than this is a prompt's first: not timed as a draft
 NET_WEIGHT = 0.2  # weight of the newest draft model step in a sequence's `net`
 
 
@@ -36,6 +37,7 @@ class _State:
     cost: float = 0.0  # the pending draft model step's forwards, in the step's tokens
     matched: bool = False  # the pending draft is an n-gram match
     match: tuple[int, list[int]] | None = None  # the last match: (context length, its tokens)
+    offset: int | None = None  # the draft model sees context[offset:] (set at the first draft)
 
 
 @register("draft")
@@ -52,6 +54,9 @@ class DraftModel(Drafter):
         draft_dtype: str = option(
             "q4_0", "the draft model's weights: a format made on load (q4_0, q8_0: fewer bytes "
                     "per draft token than wider stored formats) or auto (as stored)")
+        draft_window: int = option(
+            256, "the draft model reads only the last this many tokens of the prompt (its own "
+                 "prefill of a long prompt costs more than its drafts gain); 0: all")
         draft_ngram: int = option(
             5, "also draft n-gram matches from the context, up to this n-gram length, when they "
                "promise more than the draft model nets (free drafts where output copies its "
@@ -59,9 +64,9 @@ class DraftModel(Drafter):
 
     def __init__(self, model: Target, label: str = "draft model",
                  vocabulary: torch.Tensor | None = None, vocab_size: int | None = None,
-                 ngram: int = 0) -> None:
+                 ngram: int = 0, window: int = 0) -> None:
         self.model = model  # logits over `vocabulary` when given: [V'] int64 token ids
-        self.label, self.ngram = label, ngram
+        self.label, self.ngram, self.window = label, ngram, window
         self.vocabulary, self.vocab_size = vocabulary, vocab_size
         self.forward_seconds = 0.0  # a draft forward's seconds, moving average
 
@@ -84,27 +89,34 @@ class DraftModel(Drafter):
         reason = cls.unavailable(model, options)
         if reason:
             raise InvalidParameterError(reason)
-        if options.draft_vocab < 0 or options.draft_ngram < 0:
-            raise InvalidParameterError("--draft-vocab and --draft-ngram must be >= 0, got "
-                                        f"{options.draft_vocab}, {options.draft_ngram}")
+        if min(options.draft_vocab, options.draft_ngram, options.draft_window) < 0:
+            raise InvalidParameterError(
+                "--draft-vocab, --draft-ngram and --draft-window must be >= 0, got "
+                f"{options.draft_vocab}, {options.draft_ngram}, {options.draft_window}")
         name = options.draft_model or model.drafter
         drafter = load_model(name, device=str(model.target.device), dtype=options.draft_dtype)
         ids = proposable_ids(model.tokenizer, drafter.tokenizer, drafter.target.vocab_size,
                              model.target.vocab_size, options.draft_vocab)
         label = name if ids is None else f"{name}, {len(ids)} tokens"
         label += f", n-gram matches up to {options.draft_ngram}" if options.draft_ngram else ""
+        label += f", last {options.draft_window} prompt tokens" if options.draft_window else ""
         if ids is None:
-            return cls(drafter.target, label, ngram=options.draft_ngram)
+            return cls(drafter.target, label, ngram=options.draft_ngram,
+                       window=options.draft_window)
         cut = (drafter.target.with_vocabulary(ids) if hasattr(drafter.target, "with_vocabulary")
                else _Columns(drafter.target, ids))  # a smaller output layer: cheaper steps
-        return cls(cut, label, ids, model.target.vocab_size, options.draft_ngram)
+        return cls(cut, label, ids, model.target.vocab_size, options.draft_ngram,
+                   options.draft_window)
 
     def start(self, seq) -> None:
         seq.drafter_state = _State(self.model.new_cache(), torch.empty(0, dtype=torch.long),
                                    MatchEvidence(NgramIndex(self.ngram)) if self.ngram else None)
 
     def propose(self, seq, budget: DraftBudget) -> Draft:
-        state, context = seq.drafter_state, seq.context
+        state = seq.drafter_state
+        if state.offset is None:
+            state.offset = max(0, len(seq.context) - self.window) if self.window else 0
+        context = seq.context[state.offset:]  # what the draft model reads
         # reuse the cached prefix, but always refeed at least the last token to get its logits
         limit = min(state.cached.shape[0], context.shape[0] - 1)
         same = (state.cached[:limit] != context[:limit]).nonzero()
@@ -117,7 +129,7 @@ class DraftModel(Drafter):
         # brings more than that on top of what its row costs (min_chance)
         forward_cost = (self.forward_seconds / budget.token_seconds
                         if budget.token_seconds > 0 else 0.0)
-        match = self._match(state, context, length, budget.min_chance)
+        match = self._match(state, seq.context, length, budget.min_chance)
         state.matched = (match is not None and state.net is not None
                          and float(match.chances.sum()) >= state.net)
         if state.matched:
@@ -126,9 +138,10 @@ class DraftModel(Drafter):
         draft = draft_chain(lambda tokens: forward(self.model, state.cache, tokens),
                             context[keep:], length, seq.sampling, seq.generator,
                             self.vocabulary, self.vocab_size, budget.min_chance + forward_cost)
-        seconds = (time.perf_counter() - t0) / draft.forwards
-        self.forward_seconds = seconds if not self.forward_seconds else (
-            (1 - FORWARD_WEIGHT) * self.forward_seconds + FORWARD_WEIGHT * seconds)
+        if context.shape[0] - keep <= CATCH_UP:  # not a prompt's first feed: a drafting step
+            seconds = (time.perf_counter() - t0) / draft.forwards
+            self.forward_seconds = seconds if not self.forward_seconds else (
+                (1 - FORWARD_WEIGHT) * self.forward_seconds + FORWARD_WEIGHT * seconds)
         state.cached = torch.cat([context, draft.tokens[:draft.forwards - 1]])  # what it fed
         state.cost = draft.forwards * forward_cost
         return draft

@@ -147,6 +147,7 @@ class SuffixState:
 
 @register("suffix")
 class SuffixTree(Drafter):
+    proposes_trees = True
     uses_logits = True
 
     @dataclass(frozen=True)

@@ -66,6 +66,7 @@ class NativeLlama:
     transformers model instead."""
 
     device = torch.device("cpu")
+    scores_trees = True
 
     def __init__(self, config, weights: Mapping[str, torch.Tensor | QuantTensor],
                  dtype: torch.dtype | None = torch.float32, kernels: Kernels | None = None,

@@ -42,6 +42,7 @@ class Target(Protocol):
     max_length: int  # context window in tokens
     device: torch.device
     weights: str  # the formats its matrices are held in, as reports name them ("Q4_1+Q8_0")
+    scores_trees: bool  # False: `hidden` takes chains only (a tree with branches raises)
 
     def new_cache(self) -> KVCache:
         """An empty cache for a new sequence."""
@@ -172,6 +173,8 @@ class HFCache:
 class HFTarget:
     """Any transformers causal LM: the fallback for architectures the native path does not
     cover, and the backend for GPUs."""
+
+    scores_trees = False  # transformers' attention takes a causal mask only
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model.eval()
