@@ -110,3 +110,29 @@ class _Feeding:
 
     def logits(self, hidden):
         return self.model.logits(hidden)
+
+
+def test_a_step_drafted_from_a_match_leaves_the_draft_models_record_of_its_cache_exact(
+        make_target):
+    """After a draft-model step, a match-drafted step rolls the draft model's cache back; the
+    tokens it holds must be forgotten too, or a later step 'keeps' more than the cache has."""
+    from types import SimpleNamespace
+
+    from specdecode.core.budget import DraftBudget
+    from specdecode.core.sampling import SamplingParams
+
+    drafter = DraftModel(make_target(12), ngram=2)
+    seq = SimpleNamespace(context=torch.tensor(PROMPT + [3, 1]), sampling=SamplingParams(),
+                          generator=None, drafter_state=None)
+    drafter.start(seq)
+    budget = DraftBudget(4, 4)
+    first = drafter.propose(seq, budget)  # the draft model drafts (nothing measured yet)
+    assert first.forwards > 0
+    drafter.observe(seq, len(first), 0)  # all rejected: its steps net less than a match
+    seq.context = torch.tensor(PROMPT + [3, 1, 4])  # "3 1" was followed by "4" in the prompt
+    matched = drafter.propose(seq, budget)
+    assert matched.forwards == 0 and len(matched)
+    state = seq.drafter_state
+    assert state.cached.shape[0] == state.cache.length
+    seq.context = torch.cat([seq.context, first.tokens])  # the old draft's tokens come back
+    drafter.propose(seq, budget)  # must not keep more than the cache holds

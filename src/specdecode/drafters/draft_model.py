@@ -122,6 +122,7 @@ class DraftModel(Drafter):
         same = (state.cached[:limit] != context[:limit]).nonzero()
         keep = int(same[0, 0]) if same.numel() else limit
         state.cache.rollback(keep)
+        state.cached = state.cached[:keep]  # a step that drafts from a match feeds nothing
         length = min(budget.nodes, budget.depth, self.model.max_length - context.shape[0])
         if length < 1:  # the draft model's context window is full: let the target go on alone
             return EMPTY_DRAFT
