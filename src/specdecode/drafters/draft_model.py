@@ -161,18 +161,9 @@ class DraftModel(Drafter):
             judged = min(len(tokens), len(new))
             agree = next((j for j in range(judged) if tokens[j] != new[j]), judged)
             matches.record(judged, agree)
-            state.match = None
-        matches.index.extend(context)
-        for n in range(self.ngram, 0, -1):
-            tokens = matches.index.continuation(n, length)
-            if tokens:
-                matches.pending, state.match = n, (len(context), tokens)
-                chances = [c for c in matches.chances(n, len(tokens)) if c >= min_chance]
-                if not chances:
-                    return None
-                return Draft(torch.tensor(tokens[: len(chances)]), None,
-                             chances=torch.tensor(chances))
-        return None
+        tokens, draft = matches.match(context, self.ngram, 1, length, min_chance)
+        state.match = (len(context), tokens) if tokens else None
+        return draft if len(draft) else None
 
     def observe(self, seq, scored: int, accepted: int) -> None:
         state = seq.drafter_state

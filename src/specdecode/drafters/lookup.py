@@ -69,6 +69,23 @@ class MatchEvidence:
             out.append(chance)
         return out
 
+    def match(self, context: torch.Tensor, n_max: int, n_min: int, length: int,
+              min_chance: float) -> tuple[list[int], Draft]:
+        """The continuation (at most `length` tokens) of the longest n-gram match of the
+        context's end, n from n_max down to n_min ([] when none), and its draft: the tokens whose
+        chance reaches `min_chance` (the step would not score the rest), with their chances."""
+        self.index.extend(context)
+        for n in range(n_max, n_min - 1, -1):
+            tokens = self.index.continuation(n, length)
+            if tokens:
+                self.pending = n
+                chances = [c for c in self.chances(n, len(tokens)) if c >= min_chance]
+                if not chances:
+                    return tokens, EMPTY_DRAFT
+                return tokens, Draft(torch.tensor(tokens[: len(chances)]), None,
+                                     chances=torch.tensor(chances))
+        return [], EMPTY_DRAFT
+
     def record(self, scored: int, accepted: int) -> None:
         """The verdict on the pending draft, of which the first `scored` tokens were scored."""
         n = self.pending
@@ -120,19 +137,9 @@ class PromptLookup(Drafter):
     def propose(self, seq, budget: DraftBudget) -> Draft:
         if seq.drafter_state is None:
             self.start(seq)
-        evidence = seq.drafter_state
-        evidence.index.extend(seq.context)
-        for n in range(self.ngram_max, self.ngram_min - 1, -1):
-            tokens = evidence.index.continuation(n, min(budget.nodes, budget.depth))
-            if tokens:
-                # the step would not score a token whose chance is below its price: stop there
-                chances = [c for c in evidence.chances(n, len(tokens)) if c >= budget.min_chance]
-                if not chances:
-                    return EMPTY_DRAFT
-                evidence.pending = n
-                return Draft(torch.tensor(tokens[: len(chances)]), None,
-                             chances=torch.tensor(chances))
-        return EMPTY_DRAFT
+        _, draft = seq.drafter_state.match(seq.context, self.ngram_max, self.ngram_min,
+                                           min(budget.nodes, budget.depth), budget.min_chance)
+        return draft
 
     def observe(self, seq, scored: int, accepted: int) -> None:
         evidence = seq.drafter_state
