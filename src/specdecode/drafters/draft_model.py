@@ -100,12 +100,11 @@ class DraftModel(Drafter):
         label = name if ids is None else f"{name}, {len(ids)} tokens"
         label += f", n-gram matches up to {options.draft_ngram}" if options.draft_ngram else ""
         label += f", last {options.draft_window} prompt tokens" if options.draft_window else ""
-        if ids is None:
-            return cls(drafter.target, label, ngram=options.draft_ngram,
-                       window=options.draft_window)
-        cut = (drafter.target.with_vocabulary(ids) if hasattr(drafter.target, "with_vocabulary")
-               else _Columns(drafter.target, ids))  # a smaller output layer: cheaper steps
-        return cls(cut, label, ids, model.target.vocab_size, options.draft_ngram,
+        target = drafter.target
+        if ids is not None:  # a smaller output layer where the model can cut it: cheaper steps
+            target = (target.with_vocabulary(ids) if hasattr(target, "with_vocabulary")
+                      else _Columns(target, ids))
+        return cls(target, label, ids, model.target.vocab_size, options.draft_ngram,
                    options.draft_window)
 
     def start(self, seq) -> None:
