@@ -114,6 +114,11 @@ class EmulatedLibrary:
         name = self._receive(16).rstrip(b"\0")
         return name if status == 0 else None
 
+    def kernel_peak(self, iterations: int, threads: int) -> int:
+        self._send(struct.pack("<i2q", 9, iterations, threads))
+        self._status()
+        return struct.unpack("<q", self._receive(8))[0]
+
     def attention(self, qkv, keys, values, capacity, starts, rows, masks, S, layer, cos, sin,
                   positions, out, H, G, d, kv_f16, threads) -> int:
         """Ships the layer's part of each cache; the driver runs it as a one-layer cache."""

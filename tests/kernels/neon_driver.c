@@ -63,6 +63,11 @@ int main(void) {
             status = found ? 0 : 1;
             put(&status, sizeof status);
             put(name, sizeof name);
+        } else if (op == 9) { /* kernel_peak: iterations threads -> status 0, the count */
+            int64_t iterations = size(), threads = size();
+            int64_t macs = kernel_peak(iterations, (int)threads);
+            put(&status, sizeof status);
+            put(&macs, sizeof macs);
         } else if (op == 3) { /* attention: S H G d kv_f16 threads rope_rows T, then per sequence
                                  start rows capacity has_mask; qkv, per sequence the layer's keys
                                  values [mask], cos sin positions -> out qkv, per sequence keys

@@ -122,6 +122,11 @@ class Kernels(Protocol):
         """gate_up: [T, 2 I] = [gate; up] per row -> silu(gate) · up: [T, I]."""
         ...
 
+    def instruction_peak(self, seconds: float = 0.2) -> float | None:
+        """Multiply-adds per second of the block formats' dot-product instruction alone, in
+        registers, on every thread (about `seconds` of work); None where the path has none."""
+        ...
+
 
 def runnable() -> list[str]:
     """The paths this machine can run, best first (torch always)."""

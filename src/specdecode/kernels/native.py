@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -147,6 +148,24 @@ class CKernels:
                 torch.get_num_threads())
             assert status == 0, status
         return y
+
+    def instruction_peak(self, seconds: float = 0.2) -> float:
+        """`kernel_peak` (csrc/peak.c) timed: the best of 5 runs of about `seconds` / 5 each,
+        sized by a short first one."""
+        threads, iterations = torch.get_num_threads(), 1 << 14
+        while True:  # grow the run until the clock can time it
+            started = time.perf_counter()
+            self._library.kernel_peak(iterations, threads)
+            if time.perf_counter() - started > 0.01:
+                break
+            iterations *= 4
+        iterations = max(1, int(iterations * seconds / 5 / (time.perf_counter() - started)))
+        best = 0.0
+        for _ in range(5):
+            started = time.perf_counter()
+            macs = self._library.kernel_peak(iterations, threads)
+            best = max(best, macs / (time.perf_counter() - started))
+        return best
 
     def stack(self, sizes: tuple[int, int, int, int, int], layers: Sequence[tuple]) -> Stack | None:
         """The decoder layers for `decoder_layers`: sizes (hidden, heads, KV heads, head size,

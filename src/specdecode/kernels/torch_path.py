@@ -94,6 +94,9 @@ class TorchKernels:
     def stack(self, sizes: tuple[int, ...], layers: Sequence[tuple]) -> None:
         return None  # the layers run one operation at a time
 
+    def instruction_peak(self, seconds: float = 0.2) -> None:
+        return None  # torch picks its own instructions
+
     def attention_inputs(self, caches: Sequence[CacheRows]) -> Sequence[CacheRows]:
         return caches
 

@@ -1,5 +1,6 @@
 """`bench --floor`: weight bytes, the bandwidth and arithmetic floors and step times, as printed
-lines; the arithmetic floor's peak rate is measured on the model's own formats."""
+lines; the arithmetic floor's peak rate is measured on the model's own formats, and on the C
+paths each step stands beside the instruction peak."""
 
 import re
 
@@ -19,6 +20,11 @@ def test_floor_prints_both_floors_and_where_each_step_stands(capsys, tiny_real_v
                        r"arithmetic floor ([\d.]+) ms \(peak GMAC/s: float32 \d+\); "
                        r"[\d.]+x the larger floor \((bandwidth|arithmetic)\)", out)
     assert [int(n) for n, *_ in steps] == [1, 4, 8, 16]
+    # C paths: the instruction peak, and every step's rate as a fraction of it
+    peak = re.search(r"instruction peak \((\w+), \d+ threads\): (\d+) GMAC/s; a one-token step "
+                     r"has [\d.]+ G multiply-adds", out)
+    fractions = re.findall(r"; \d+ GMAC/s = \d+% of the instruction peak$", out, re.M)
+    assert (peak is not None) == (len(fractions) == 4) == ("torch" not in out.splitlines()[0])
     assert float(steps[0][1]) == 1.0
     arithmetic = [float(a) for _, _, a, _ in steps]
     assert arithmetic[-1] > arithmetic[0]  # 16 rows: 16 times the multiply-adds

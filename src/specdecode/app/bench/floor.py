@@ -4,7 +4,10 @@ A step must read every weight once, so weight bytes / bandwidth is the fastest i
 bandwidth floor); and it must do every multiplication, so multiply-adds / the kernels' own peak
 rate is another (the arithmetic floor). The peak is measured, not taken from a data sheet: the
 same kernel, the same format and the same number of rows, on a matrix small enough to stay in the
-cache, where no memory traffic slows it. A step over n tokens costs n times the arithmetic of a
+cache, where no memory traffic slows it. Above both sits the instruction peak: the block formats'
+dot-product instruction alone in registers on every thread (`Kernels.instruction_peak`); a step's
+multiply-adds per second as a fraction of it is how far the kernels are from the physical limit.
+A step over n tokens costs n times the arithmetic of a
 one-token step and the same weight bytes: speculation pays while the bandwidth floor is the larger.
 """
 
@@ -110,10 +113,18 @@ def floor_report(model: LoadedModel, sizes=(1, 4, 8, 16)) -> str:
     bandwidth = measure_bandwidth()
     nbytes = model.target.weight_bytes()
     floor = nbytes / bandwidth
+    kernels = model.target.kernels
+    peak = kernels.instruction_peak()
+    macs = sum(out * linear.in_features for linear in model.target.linears()
+               for _, out in linear.parts())  # of a one-token step
     seconds = step_seconds(model.target, sizes)
     one = seconds[sizes[0]]
     lines = [f"bandwidth floor: {bandwidth / 1e9:.1f} GB/s (streaming read), {model.weights} "
              f"weights {nbytes / 1e6:.0f} MB -> {floor * 1e3:.2f} ms/step"]
+    if peak:
+        lines.append(f"instruction peak ({kernels.name}, {torch.get_num_threads()} threads): "
+                     f"{peak / 1e9:.0f} GMAC/s; a one-token step has {macs / 1e9:.2f} G "
+                     "multiply-adds")
     for n, s in seconds.items():
         arithmetic, rates = arithmetic_seconds(model, n)
         peaks = ", ".join(f"{name.removeprefix('torch.')} {rate / 1e9:.0f}"
@@ -122,5 +133,7 @@ def floor_report(model: LoadedModel, sizes=(1, 4, 8, 16)) -> str:
         lines.append(f"  step over {n:>2} new tokens: {s * 1e3:6.2f} ms = {s / one:.2f}x a "
                      f"{sizes[0]}-token step; arithmetic floor {arithmetic * 1e3:.2f} ms "
                      f"(peak GMAC/s: {peaks}); {s / larger:.2f}x the larger floor "
-                     f"({'bandwidth' if floor >= arithmetic else 'arithmetic'})")
+                     f"({'bandwidth' if floor >= arithmetic else 'arithmetic'})"
+                     + (f"; {n * macs / s / 1e9:.0f} GMAC/s = {n * macs / s / peak:.0%} of the "
+                        "instruction peak" if peak else ""))
     return "\n".join(lines)

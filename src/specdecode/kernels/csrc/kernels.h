@@ -36,6 +36,11 @@ int linear_quant(const float *x, const uint8_t *w, float *y, int64_t T, int64_t 
 /* The GGUF name of block format number `format` ("Q4_K", ..), NULL past the last. */
 const char *kernel_format(int format);
 
+/* Runs `iterations` rounds of 8 independent `vdot4` (the block formats' integer dot product) on
+ * each of `threads` threads, touching no memory, and returns the multiply-adds done (0 for bad
+ * arguments): the caller's clock over it is the path's instruction peak (peak.c). */
+int64_t kernel_peak(int64_t iterations, int threads);
+
 /* Rotary embedding, KV-cache write and softmax attention of decoder layer `layer` for the new
  * rows of S sequences, each against its own cache. qkv: [T, (H + 2 G) d], T = the sum of
  * rows[s], sequence s's rows after those of the sequences before it, q and k rotated in place;

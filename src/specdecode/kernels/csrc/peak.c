@@ -1,0 +1,69 @@
+/* The instruction peak of this path: `vdot4`, the block formats' integer dot product (simd.h), in
+ * a loop that touches no memory, on every thread. `bench --floor` divides a step's multiply-adds
+ * by it, so the gap between a kernel and the most its instructions can do is a number.
+ *
+ * CHAINS independent accumulators hide the instruction's latency (a few cycles on every CPU we
+ * know) behind its throughput; with their operands they fit the 16 registers of the narrower
+ * paths. */
+#include "kernels.h"
+#include "simd.h"
+#include "threads.h"
+
+#define CHAINS 8
+
+/* tells the compiler `v` may have changed, at no cost where it stays in a register: without it
+ * a loop adding the same products could be folded into one multiplication */
+#if defined(SPECDECODE_AVX512) || defined(SPECDECODE_AVX2)
+#define OPAQUE(v) __asm__ volatile("" : "+v"(v))
+#elif defined(SPECDECODE_NEON)
+#define OPAQUE(v) __asm__ volatile("" : "+w"(v))
+#else
+#define OPAQUE(v) __asm__ volatile("" : "+m"(v))
+#endif
+
+struct peak_job {
+    int64_t iterations;
+    int32_t seed;
+    int32_t sums[256]; /* one per thread: a result the loops must produce */
+};
+
+static void peak_task(void *context, int thread, int threads) {
+    struct peak_job *job = context;
+    (void)threads;
+    const int64_t iterations = job->iterations;
+    /* each chain its own pair of operands: paths whose dot is several instructions would
+     * otherwise share the first ones between chains. Named variables, not arrays: GCC keeps
+     * arrays that inline asm touches in memory. */
+    vi u0 = viset1(job->seed & 0x7f7f7f7f), u1 = viset1((job->seed + 1) & 0x7f7f7f7f);
+    vi u2 = viset1((job->seed + 2) & 0x7f7f7f7f), u3 = viset1((job->seed + 3) & 0x7f7f7f7f);
+    vi x0 = viset1(job->seed + thread), x1 = viset1(job->seed + thread + 1);
+    vi a0 = viset1(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int64_t i = 0; i < iterations; i++) {
+        OPAQUE(u0);
+        OPAQUE(u1);
+        OPAQUE(u2);
+        OPAQUE(u3);
+        OPAQUE(x0);
+        OPAQUE(x1);
+        a0 = vdot4(a0, u0, x0);
+        a1 = vdot4(a1, u1, x0);
+        a2 = vdot4(a2, u2, x0);
+        a3 = vdot4(a3, u3, x0);
+        a4 = vdot4(a4, u0, x1);
+        a5 = vdot4(a5, u1, x1);
+        a6 = vdot4(a6, u2, x1);
+        a7 = vdot4(a7, u3, x1);
+    }
+    const vi all[CHAINS] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    int32_t lanes[VL * CHAINS], sum = 0;
+    memcpy(lanes, all, sizeof lanes);
+    for (int l = 0; l < VL * CHAINS; l++) sum += lanes[l];
+    if (thread < 256) job->sums[thread] = sum;
+}
+
+int64_t kernel_peak(int64_t iterations, int threads) {
+    if (iterations < 1 || threads < 1 || threads > 256) return 0;
+    struct peak_job job = {.iterations = iterations, .seed = (int32_t)(iterations * 2654435761u)};
+    run_parallel(threads, peak_task, &job);
+    return iterations * CHAINS * 4 * VL * threads; /* multiply-adds: a vdot4 is VL lanes of 4 */
+}
