@@ -127,8 +127,12 @@ struct xblock {
 };
 
 /* one block: the same operations for every row (vector max, multiply, round half to even: what
- * lrintf does), so a row's bytes do not depend on what else is quantized with it */
+ * lrintf does), so a row's bytes do not depend on what else is quantized with it. The sums are of
+ * small integers, exact in fp32 in any order; they and the bytes stay in locals, which no store
+ * to the block's bytes can alias (a char store may alias anything: through `b` it would make
+ * every sum a load and a store). */
 static void quantize_block(const float *v, struct xblock *b) {
+    _Static_assert(16 % VL == 0, "a vector lies within one half of a block");
     vf most = vzero();
     for (int k = 0; k < BLOCK; k += VL) {
         const vf a = vload(v + k);
@@ -136,15 +140,20 @@ static void quantize_block(const float *v, struct xblock *b) {
     }
     float lanes[VL], amax = 0, rounded[BLOCK];
     vstore(lanes, most);
-    for (int i = 0; i < VL; i++) amax = fmaxf(amax, lanes[i]);
+    for (int i = 0; i < VL; i++) amax = lanes[i] > amax ? lanes[i] : amax; /* exact in any order */
     const vf inverse = vset1(amax > 0 ? 127 / amax : 0);
-    b->d = amax / 127;
-    for (int k = 0; k < BLOCK; k += VL) vstore(rounded + k, vround(vmul(vload(v + k), inverse)));
-    b->sum[1] = b->sum[2] = 0;
-    for (int k = 0; k < BLOCK; k++) {
-        b->q[k] = (int8_t)rounded[k];
-        b->sum[1 + k / 16] += b->q[k];
+    vf halves[2] = {vzero(), vzero()};
+    for (int k = 0; k < BLOCK; k += VL) {
+        const vf r = vround(vmul(vload(v + k), inverse));
+        vstore(rounded + k, r);
+        halves[k / 16] = vadd(halves[k / 16], r);
     }
+    int8_t q[BLOCK];
+    for (int k = 0; k < BLOCK; k++) q[k] = (int8_t)rounded[k];
+    memcpy(b->q, q, sizeof q);
+    b->d = amax / 127;
+    b->sum[1] = (int32_t)vsum(halves[0]);
+    b->sum[2] = (int32_t)vsum(halves[1]);
     b->sum[0] = b->sum[1] + b->sum[2];
     b->dsum = b->d * (float)b->sum[0];
 }
