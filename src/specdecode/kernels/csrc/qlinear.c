@@ -195,32 +195,33 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
             block_scales(f, s, j, D[n], &w0[n]);
             quants[n] = s + VL * header_bytes(f) + j * VL * payload_bytes(f);
         }
-        for (int h = 0; h < halves(f); h++) {
-            vi isum[QROWS_PER_TILE][QMAX_PANELS];
+        /* both halves' sums in one pass over the quants: each group is unpacked once */
+        vi isum[2][QROWS_PER_TILE][QMAX_PANELS];
+        for (int h = 0; h < halves(f); h++)
             for (int t = 0; t < rows; t++)
-                for (int n = 0; n < nb; n++) isum[t][n] = viset1(0);
-            for (int g = 0; g < 4; g++)
-                for (int n = 0; n < nb; n++) {
-                    vi lo, hi;
-                    group(f, quants[n], g, &lo, &hi);
-                    for (int t = 0; t < rows; t++) {
-                        const int8_t *q = x[t * blocks + b].q;
-                        if (h == 0) isum[t][n] = dot(f, isum[t][n], lo, vbroadcast4(q + 4 * g));
-                        if (h == halves(f) - 1)
-                            isum[t][n] = dot(f, isum[t][n], hi, vbroadcast4(q + 16 + 4 * g));
-                    }
+                for (int n = 0; n < nb; n++) isum[h][t][n] = viset1(0);
+        for (int g = 0; g < 4; g++)
+            for (int n = 0; n < nb; n++) {
+                vi lo, hi;
+                group(f, quants[n], g, &lo, &hi);
+                for (int t = 0; t < rows; t++) {
+                    const int8_t *q = x[t * blocks + b].q;
+                    const int last = halves(f) - 1;
+                    isum[0][t][n] = dot(f, isum[0][t][n], lo, vbroadcast4(q + 4 * g));
+                    isum[last][t][n] = dot(f, isum[last][t][n], hi, vbroadcast4(q + 16 + 4 * g));
                 }
+            }
+        for (int h = 0; h < halves(f); h++)
             for (int t = 0; t < rows; t++) {
                 const struct xblock *xb = &x[t * blocks + b];
                 const vf dx = vset1(xb->d);
                 const vi off = viset1(offset(f) * xb->sum[halves(f) == 1 ? 0 : 1 + h]);
                 for (int n = 0; n < nb; n++) {
-                    const vi s = offset(f) ? visub(isum[t][n], off) : isum[t][n];
+                    const vi s = offset(f) ? visub(isum[h][t][n], off) : isum[h][t][n];
                     acc[t][n] = vfma(vcvt(s), vmul(D[n][h], dx), acc[t][n]);
                     if (has_w0(f)) acc[t][n] = vfma(w0[n], vset1(xb->dsum), acc[t][n]);
                 }
             }
-        }
     }
     for (int n = 0; n < nb; n++) {
         const int64_t o = (p + n) * VL;
