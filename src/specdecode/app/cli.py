@@ -118,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead of the table: the target's weight bytes, its bandwidth floor "
                         "(measured memory bandwidth) and arithmetic floor (the kernels' measured "
                         "peak), its load time and resident memory, and its step time over 1, 4, "
-                        "8 and 16 new tokens between them")
+                        "8 and 16 new tokens between them, each also as a fraction of the "
+                        "path's instruction peak (its dot-product instruction alone, in "
+                        "registers, on every thread)")
     b.add_argument("--distance", action="store_true",
                    help="instead of the table: for a GGUF model, how often our quantized path "
                         "and llama.cpp pick the greedy token of transformers' fp32 reading of "
