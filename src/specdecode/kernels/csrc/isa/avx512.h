@@ -15,10 +15,12 @@
 #define ROWS_PER_TILE 8
 #define MAX_PANELS 4
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
-/* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights */
+/* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights.
+ * Two panels at every row count: with four, Q6_K's two halves' sums spill at 2 rows and do not
+ * pay at 1 (BENCHMARKS.md, multi-row kernels: Q6_K 1-2 rows +12-43%, Q4_K within noise) */
 #define QROWS_PER_TILE 4
-#define QMAX_PANELS 4
-#define QPANELS_FOR(rows) ((rows) <= 2 ? 4 : 2)
+#define QMAX_PANELS 2
+#define QPANELS_FOR(rows) 2
 /* query heads of one KV group whose values attention.c weighs together (their value accumulators fit) */
 #define ATTENTION_HEADS 4
 /* query heads of a KV group attention.c scores together, and keys at a time:
