@@ -98,10 +98,16 @@ def peak_macs(kernels, dtype, rows: int, repeats: int = 9) -> float:
     return best
 
 
+def matrix_parts(model: LoadedModel) -> list[tuple[object, int]]:
+    """(format, weights) of every part of the target's matrices: a one-token step's
+    multiply-adds, by format."""
+    return [(kind, out * linear.in_features) for linear in model.target.linears()
+            for kind, out in linear.parts()]
+
+
 def arithmetic_seconds(model: LoadedModel, rows: int) -> tuple[float, dict[str, float]]:
     """The arithmetic floor of a step over `rows` tokens, and the peak rate of each format."""
-    parts = [(kind, out * linear.in_features) for linear in model.target.linears()
-             for kind, out in linear.parts()]  # (format, weights)
+    parts = matrix_parts(model)
     rates = {str(kind): peak_macs(model.target.kernels, kind, rows) for kind, _ in parts}
     seconds = sum(weights * rows / rates[str(kind)] for kind, weights in parts)
     return seconds, rates
@@ -115,8 +121,7 @@ def floor_report(model: LoadedModel, sizes=(1, 4, 8, 16)) -> str:
     floor = nbytes / bandwidth
     kernels = model.target.kernels
     peak = kernels.instruction_peak()
-    macs = sum(out * linear.in_features for linear in model.target.linears()
-               for _, out in linear.parts())  # of a one-token step
+    macs = sum(weights for _, weights in matrix_parts(model))  # of a one-token step
     seconds = step_seconds(model.target, sizes)
     one = seconds[sizes[0]]
     lines = [f"bandwidth floor: {bandwidth / 1e9:.1f} GB/s (streaming read), {model.weights} "
