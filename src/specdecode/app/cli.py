@@ -88,10 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--limit", type=int, default=3, help="prompts per task group (default 3)")
     b.add_argument("--methods",
                    help="comma-separated: our methods (" + ", ".join(sorted(DRAFTERS)) + ") and "
-                        "peers (hf, hf-lookup, hf-assisted, llamacpp, llamacpp-lookup); a method "
-                        "that cannot run is left out with the reason (draft and hf-assisted need "
-                        "--draft-model, eagle and medusa a trained head, llamacpp a GGUF model "
-                        "and pip install 'specdecode[peers]') (default: all)")
+                        "peers (hf, hf-lookup, hf-assisted: transformers; llamacpp, "
+                        "llamacpp-lookup: llama-cpp-python; llamacpp-bin, llamacpp-bin-draft, "
+                        "llamacpp-bin-ngram: llama.cpp's own llama-completion and "
+                        "llama-speculative-simple, built by `make peers`); a method that cannot "
+                        "run is left out with the reason (draft, hf-assisted and "
+                        "llamacpp-bin-draft need --draft-model or a model alias with a drafter, "
+                        "eagle and medusa a trained head, the llamacpp peers a GGUF model) "
+                        "(default: all)")
     add_drafter_arguments(b)
     b.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
     b.add_argument("--temperature", type=float, default=0.0,
@@ -105,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "own earlier run")
     b.add_argument("--sweep-depth", metavar="D1,D2,...",
                    help="run every drafting method at each of these depth caps (for the "
-                        "speed-up and τ against depth plot), e.g. 1,2,4,6,8,12")
+                        "speed-up and τ against depth plot), e.g. 1,2,4,6,8,12; for "
+                        "llamacpp-bin-draft and -ngram the --spec-draft-n-max")
     b.add_argument("--hf-lookup-tokens", type=int, default=10,
                    help="draft length of the peers' prompt lookup: transformers "
                         "prompt_lookup_num_tokens, llama.cpp num_pred_tokens (default 10)")

@@ -28,6 +28,10 @@ def test_floor_prints_both_floors_and_where_each_step_stands(capsys, tiny_real_v
     assert float(steps[0][1]) == 1.0
     arithmetic = [float(a) for _, _, a, _ in steps]
     assert arithmetic[-1] > arithmetic[0]  # 16 rows: 16 times the multiply-adds
+    assert re.search(r"^prefill of a \d+-token prompt \(\d+-row chunks\): \d+ ms = \d+ tok/s$",
+                     out, re.M)
+    # a model without a GGUF file has no llama.cpp peer, and the report says so
+    assert "llama.cpp: not compared (the model has no GGUF file)" in out
 
 
 def test_peak_rate_is_positive_for_a_block_format_and_for_fp32():

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ...core.cost import step_seconds
+from ...core.engine import PREFILL_CHUNK
 from ...models import LoadedModel
 from ...quant import QuantTensor, panel_bytes, random_blocks
 
@@ -113,6 +114,39 @@ def arithmetic_seconds(model: LoadedModel, rows: int) -> tuple[float, dict[str, 
     return seconds, rates
 
 
+def prefill_seconds(model: LoadedModel, tokens: int = 512, repeats: int = 3) -> float:
+    """Median time to prefill a `tokens`-token prompt into an empty cache, in the engine's chunks
+    of PREFILL_CHUNK rows (what llama-bench's pp512 measures for llama.cpp)."""
+    target = model.target
+    ids = torch.randint(0, target.vocab_size, (tokens,), generator=torch.Generator().manual_seed(0))
+
+    def prefill() -> None:
+        cache = target.new_cache()
+        for start in range(0, tokens, PREFILL_CHUNK):
+            target.prefill(cache, ids[start:start + PREFILL_CHUNK])
+
+    return _median_seconds(prefill, repeats)
+
+
+def peer_lines(model: LoadedModel, one_step: float, prefill_rate: float) -> list[str]:
+    """llama.cpp's `llama-bench` (tg128, pp512) on the model's GGUF file beside our one-token
+    step (seconds) and 512-token prefill (tokens/s); a line saying why not where it cannot
+    run."""
+    from ...models.loader import gguf_file
+    from . import llamacpp_programs
+
+    path = gguf_file(model.name)
+    why = "the model has no GGUF file" if path is None else llamacpp_programs.missing_reason()
+    if why:
+        return [f"llama.cpp: not compared ({why})"]
+    threads = torch.get_num_threads()
+    rates = llamacpp_programs.llama_bench(path, threads)
+    return [f"llama.cpp llama-bench on {path.name}, {threads} threads: tg128 "
+            f"{rates['tg128']:.1f} tok/s, pp512 {rates['pp512']:.0f} tok/s; ours: one-token step "
+            f"{1 / one_step:.1f} tok/s = {1 / one_step / rates['tg128']:.2f}x tg128, 512-token "
+            f"prefill {prefill_rate:.0f} tok/s = {prefill_rate / rates['pp512']:.2f}x pp512"]
+
+
 def floor_report(model: LoadedModel, sizes=(1, 4, 8, 16)) -> str:
     """The step's weight bytes, its bandwidth and arithmetic floors, and measured steps between
     them."""
@@ -141,4 +175,8 @@ def floor_report(model: LoadedModel, sizes=(1, 4, 8, 16)) -> str:
                      f"({'bandwidth' if floor >= arithmetic else 'arithmetic'})"
                      + (f"; {n * macs / s / 1e9:.0f} GMAC/s = {n * macs / s / peak:.0%} of the "
                         "instruction peak" if peak else ""))
-    return "\n".join(lines)
+    prompt = min(512, model.target.max_length)
+    prefill = prefill_seconds(model, prompt)
+    lines.append(f"prefill of a {prompt}-token prompt ({PREFILL_CHUNK}-row chunks): "
+                 f"{prefill * 1e3:.0f} ms = {prompt / prefill:.0f} tok/s")
+    return "\n".join(lines + peer_lines(model, one, prompt / prefill))

@@ -23,11 +23,16 @@ from ...models import LoadedModel, load_model
 from ...models.loader import gguf_file
 from ...pipeline import SpecDecoder
 from ..options import check_args, drafter_values, load, positive_ints, resolve_args
-from . import llamacpp
+from . import llamacpp, llamacpp_programs
 from .audit import greedy_audit
 from .records import Record, RecordStore
 from .report import format_report, summarize
-from .specbench import LLAMA_CPP_PEERS, PEERS, group_of, load_questions, select, turns_of
+from .specbench import (LLAMA_CPP_PEERS, LLAMA_CPP_PROGRAMS, PEERS, group_of, load_questions,
+                        select, turns_of)
+
+
+DRAFTING_PROGRAMS = ("llamacpp-bin-draft", "llamacpp-bin-ngram")  # --sweep-depth sets their n-max
+DRAFT_MODEL_METHODS = {"draft", "hf-assisted", "llamacpp-bin-draft"}  # run --draft-model
 
 
 def default_methods() -> str:
@@ -55,7 +60,8 @@ def run_bench(args: argparse.Namespace) -> int:
         methods.insert(0, "ar")  # every speed-up is relative to our plain decoding
     check_args(args)
     model = load(args)
-    if {"draft", "hf-assisted"} & set(methods):
+    drafting = DRAFT_MODEL_METHODS & set(methods)
+    if drafting:
         args.draft_model = args.draft_model or model.drafter  # the alias's own drafter
     left_out: dict[str, str] = {}
     if "hf-assisted" in methods and not args.draft_model:
@@ -67,9 +73,17 @@ def run_bench(args: argparse.Namespace) -> int:
         why = ("the model has no GGUF file" if llamacpp.installed()
                else "llama-cpp-python is not installed: pip install 'specdecode[peers]'")
         left_out.update({m: why for m in methods if m in LLAMA_CPP_PEERS})
-    # --draft-model is the draft model when one runs (`draft`, `hf-assisted`); learned drafters
-    # then take the heads shipped for the model
-    overrides = {"draft_model": None} if {"draft", "hf-assisted"} & set(methods) else {}
+    programs_missing = (llamacpp_programs.missing_reason() if gguf
+                        else "the model has no GGUF file")
+    drafter_gguf = gguf_file(args.draft_model) if args.draft_model else None
+    for m in methods:
+        if m in LLAMA_CPP_PROGRAMS and programs_missing:
+            left_out[m] = programs_missing
+        elif m == "llamacpp-bin-draft" and drafter_gguf is None:
+            left_out[m] = "it needs a GGUF --draft-model"
+    # --draft-model is the draft model when one runs (`draft`, `hf-assisted`, `llamacpp-bin-draft`);
+    # learned drafters then take the heads shipped for the model
+    overrides = {"draft_model": None} if drafting else {}
     if not args.cross_request_memory:
         overrides["memory_tokens"] = 0  # every prompt starts clean
     decoders = {}
@@ -91,12 +105,15 @@ def run_bench(args: argparse.Namespace) -> int:
         for m in methods if m in LLAMA_CPP_PEERS}
     labels: dict[str, tuple[str, int | None]] = {}  # label -> (method, depth cap)
     for m in methods:
-        if m in PEERS:
+        if m in PEERS and not (sweep and m in DRAFTING_PROGRAMS):
             labels[m] = (m, None)
         elif sweep and m != "ar":
             labels.update({f"{m}@d{d}": (m, d) for d in sweep})
         else:
             labels[m] = (m, decoders[m].budget.depth or None)
+    program_peers = {label: llamacpp_programs.ProgramPeer(
+        method, gguf, torch.get_num_threads(), drafter_gguf, draft_max=depth)
+        for label, (method, depth) in labels.items() if method in LLAMA_CPP_PROGRAMS}
     settings = {"model": model.key, "backend": model.backend, "dtype": args.dtype,
                 "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                 "questions": args.questions or "shipped", "max_draft_nodes": args.max_draft_nodes,
@@ -127,6 +144,13 @@ def run_bench(args: argparse.Namespace) -> int:
 
     def run(label: str, ids: list[int], max_new: int, repeat: int) -> dict:
         method, depth = labels[label]
+        if label in program_peers:
+            done = program_peers[label].generate(
+                model.tokenizer.decode(ids), len(ids), max_new, args.temperature, repeat)
+            return dict(new_tokens=done.new_tokens, seconds=done.seconds,
+                        prefill_seconds=done.prefill_seconds, drafted=done.drafted,
+                        accepted=done.accepted,
+                        token_ids=model.tokenizer(done.text)["input_ids"] if done.text else [])
         if method in llama_cpp_peers:
             out_ids, seconds = llama_cpp_peers[method].generate(ids, max_new, args.temperature,
                                                                 repeat, model.eos_token_ids)
@@ -171,7 +195,7 @@ def run_bench(args: argparse.Namespace) -> int:
     info = {"model": model.name, "backend": model.backend, "dtype": model.weights,
             "temperature": args.temperature, "limit": args.limit, "repeats": args.repeats,
             "max_new_tokens": args.max_new_tokens,
-            "methods": {label: _describe(label, labels, decoders, args)
+            "methods": {label: _describe(label, labels, decoders, program_peers, args)
                         for label in labels},
             "machine": {**machine_info(), "kernels": model.kernels}}
     cost = next((d.cost for d in decoders.values() if d.cost), None)
@@ -196,8 +220,10 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe(label: str, labels: dict, decoders: dict, args) -> str:
+def _describe(label: str, labels: dict, decoders: dict, program_peers: dict, args) -> str:
     method, depth = labels[label]
+    if label in program_peers:
+        return program_peers[label].describe()
     if method == "hf-lookup":
         return f"transformers generate(prompt_lookup_num_tokens={args.hf_lookup_tokens})"
     if method == "hf-assisted":

@@ -25,9 +25,11 @@ SHORT = {"multi-turn conversation": "mt-bench", "translation": "trans", "summari
          "retrieval-augmented generation": "rag", "code generation": "code"}
 # transformers generate() (plain, prompt lookup, draft model) on the same weights, and llama.cpp
 # (plain, prompt lookup) on the model's GGUF file
-LLAMA_CPP_PEERS = ("llamacpp", "llamacpp-lookup")
-PEERS = ("hf", "hf-lookup", "hf-assisted", *LLAMA_CPP_PEERS)
-UNAUDITED = LLAMA_CPP_PEERS  # quantized arithmetic: their greedy output is not the fp32 target's
+LLAMA_CPP_PEERS = ("llamacpp", "llamacpp-lookup")  # through llama-cpp-python
+LLAMA_CPP_PROGRAMS = ("llamacpp-bin", "llamacpp-bin-draft", "llamacpp-bin-ngram")  # its programs
+PEERS = ("hf", "hf-lookup", "hf-assisted", *LLAMA_CPP_PEERS, *LLAMA_CPP_PROGRAMS)
+# quantized arithmetic: their greedy output is not the fp32 target's
+UNAUDITED = (*LLAMA_CPP_PEERS, *LLAMA_CPP_PROGRAMS)
 
 
 def load_questions(path: str | Path | None = None) -> list[dict]:
