@@ -22,3 +22,8 @@ class VocabularyMismatchError(SpecDecodeError):
 
 class PromptTooLongError(SpecDecodeError):
     """The prompt does not fit into the model's context window."""
+
+
+class KernelError(SpecDecodeError):
+    """A C kernel refused its arguments or could not allocate its memory: the step stops there
+    (its outputs are not used) and the request that ran it fails; others go on."""

@@ -9,6 +9,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..errors import KernelError
 from ..quant import BLOCK, FORMATS, QuantTensor, decode
 from .torch_path import ROW_INVARIANT_ROWS, CacheRows, each_sequence, long_attention
 
@@ -16,10 +17,29 @@ _LINEAR = {torch.float32: "linear_f32", torch.bfloat16: "linear_bf16",
            torch.float16: "linear_f16"}
 _KV = {torch.float32: 0, torch.float16: 1}  # a KV cache's dtype -> the kernel's kv_f16
 # kernels.h: the decoder stack's description for `decoder_layers`
-STACK_HEADER, MAX_PARTS = 5, 3
+STACK_HEADER, MAX_PARTS = 6, 3
 MATRIX_RECORD = 4 + 3 * MAX_PARTS
 _KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # a part's kind; 16 + f: blocks
 _BLOCKS = 16
+
+
+# kernels.h: the codes a kernel returns besides 0
+_STATUS = {1: "arguments it does not take", 2: "arguments it does not take",
+           3: "no memory for its scratch"}
+
+
+def _check(status: int, kernel: str) -> None:
+    """Every kernel call's status, checked in every build mode (an assert vanishes under -O and
+    would hand on an uninitialised output)."""
+    if status:
+        raise KernelError(f"kernel {kernel} failed with status {status} "
+                          f"({_STATUS.get(status, 'unknown')})")
+
+
+def _require(condition: bool, kernel: str, what: str) -> None:
+    """Sizes a kernel is called with, checked before C reads memory by them."""
+    if not condition:
+        raise KernelError(f"kernel {kernel}: {what}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,7 +142,7 @@ class CKernels:
             if w.qtype == "F16":  # the kernels widen fp16 in registers, exactly
                 return self.pack(torch.from_numpy(np.asarray(w.data).view(np.float16)))
             return self.pack(w.dequantize())
-        assert w.dtype in _LINEAR, w.dtype
+        _require(w.dtype in _LINEAR, "linear", f"no kernel for {w.dtype} weights")
         O, I = w.shape
         padded = w.new_zeros(-(-O // self.lanes) * self.lanes, I)
         padded[:O] = w
@@ -133,12 +153,14 @@ class CKernels:
         """x: [T, I] fp32, panels: `pack(w)` of w [out_features, I] -> x @ w.T: [T, O] fp32."""
         T, I = x.shape
         if isinstance(panels, BlockPanels):
-            assert panels.in_features == I, (x.shape, panels.in_features)
+            _require(panels.in_features == I, "linear",
+                     f"x has {I} features, the weight {panels.in_features}")
             function, data = "linear_quant", panels.data
         else:
-            assert panels.shape[1:] == (I, self.lanes), (x.shape, panels.shape)
+            _require(panels.shape[1:] == (I, self.lanes), "linear",
+                     f"x {tuple(x.shape)} does not fit panels {tuple(panels.shape)}")
             function, data = _LINEAR[panels.dtype], panels
-        assert x.dtype == torch.float32, x.dtype
+        _require(x.dtype == torch.float32, "linear", f"x is {x.dtype}, not float32")
         x = x.contiguous()
         y = torch.empty(T, out_features, dtype=torch.float32)
         if T:
@@ -146,7 +168,7 @@ class CKernels:
             status = getattr(self._library, function)(
                 x.data_ptr(), data.data_ptr(), y.data_ptr(), T, I, out_features, *quant,
                 torch.get_num_threads())
-            assert status == 0, status
+            _check(status, function)
         return y
 
     def instruction_peak(self, seconds: float = 0.2) -> float:
@@ -169,12 +191,12 @@ class CKernels:
 
     def stack(self, sizes: tuple[int, int, int, int, int], layers: Sequence[tuple]) -> Stack | None:
         """The decoder layers for `decoder_layers`: sizes (hidden, heads, KV heads, head size,
-        the MLP's inner size); per layer (input norm weight or None, post-attention norm weight,
+        the MLP's inner size; the header adds the layer count); per layer (input norm weight or None, post-attention norm weight,
         and its qkv, out, gate_up and down `Linear`s). None where the library has no
         `decoder_layers` (the emulated neon driver of the tests)."""
         if getattr(self._library, "decoder_layers", None) is None:
             return None
-        numbers, held = list(sizes), []
+        numbers, held = [*sizes, len(layers)], []
 
         def address(t: torch.Tensor | None) -> int:
             if t is None:
@@ -186,7 +208,8 @@ class CKernels:
             numbers += [address(input_norm), address(post_norm)]
             for linear in linears:
                 parts = linear.packed_parts()
-                assert len(parts) <= MAX_PARTS, len(parts)
+                _require(len(parts) <= MAX_PARTS, "decoder_layers",
+                         f"a matrix of {len(parts)} parts (at most {MAX_PARTS})")
                 numbers += [linear.in_features, len(parts), address(linear.bias),
                             linear.out_features]
                 for packed, rows in parts:
@@ -204,23 +227,27 @@ class CKernels:
         step with at most ROW_INVARIANT_ROWS rows) -> [T, hidden], a new tensor; the caches'
         new rows are written as `attention` writes them."""
         rows = caches.caches
-        assert all(c.rows <= ROW_INVARIANT_ROWS for c in rows), [c.rows for c in rows]
-        assert x.shape == (sum(c.rows for c in rows), stack.hidden), (x.shape, stack.hidden)
+        _require(all(c.rows <= ROW_INVARIANT_ROWS for c in rows), "decoder_layers",
+                 f"a sequence brings more than {ROW_INVARIANT_ROWS} rows")
+        _require(tuple(x.shape) == (sum(c.rows for c in rows), stack.hidden), "decoder_layers",
+                 f"x {tuple(x.shape)} does not match the rows and hidden size {stack.hidden}")
         x = x.contiguous().clone()
         order = torch.tensor(list(layers), dtype=torch.int64)
         status = self._library.decoder_layers(
             x.data_ptr(), x.shape[0], stack.numbers.data_ptr(), order.data_ptr(), len(order),
             *caches.pointers, len(rows), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(),
             eps, _KV[rows[0].keys.dtype], torch.get_num_threads())
-        assert status == 0, status
+        _check(status, "decoder_layers")
         return x
 
     def attention_inputs(self, caches: Sequence[CacheRows]) -> "_Caches":
         """What `attention` reads of a step's caches, made once for every layer of the step."""
         masks = [None if c.mask is None else c.mask.contiguous() for c in caches]  # held: read
-        assert all(c.keys.is_contiguous() and c.values.is_contiguous() for c in caches)
-        assert len({c.keys.dtype for c in caches} | {c.values.dtype for c in caches}) == 1 \
-            and caches[0].keys.dtype in _KV, [c.keys.dtype for c in caches]
+        _require(all(c.keys.is_contiguous() and c.values.is_contiguous() for c in caches),
+                 "attention", "a KV cache is not contiguous")
+        dtypes = {c.keys.dtype for c in caches} | {c.values.dtype for c in caches}
+        _require(len(dtypes) == 1 and caches[0].keys.dtype in _KV, "attention",
+                 f"KV caches of {sorted(map(str, dtypes))} (one of float32, float16)")
         arrays = torch.tensor([[c.keys.data_ptr() for c in caches],
                                [c.values.data_ptr() for c in caches],
                                [c.keys.shape[2] for c in caches],
@@ -243,14 +270,16 @@ class CKernels:
                                     c.start, num_heads), qkv, rows, positions)
         G, d = rows[0].keys.shape[1], rows[0].keys.shape[3]
         T = qkv.shape[0]
-        assert qkv.is_contiguous() and qkv.shape[1] == (num_heads + 2 * G) * d, (qkv.shape, G, d)
-        assert T == sum(c.rows for c in rows), (T, [c.rows for c in rows])
+        _require(qkv.is_contiguous() and qkv.shape[1] == (num_heads + 2 * G) * d, "attention",
+                 f"qkv {tuple(qkv.shape)} for {num_heads} heads, {G} KV heads of {d}")
+        _require(T == sum(c.rows for c in rows), "attention",
+                 f"{T} rows of qkv for {sum(c.rows for c in rows)} cache rows")
         out = torch.empty(T, num_heads * d, dtype=torch.float32)
         status = self._library.attention(
             qkv.data_ptr(), *caches.pointers, len(rows), layer, cos.data_ptr(), sin.data_ptr(),
             positions.data_ptr(), out.data_ptr(), num_heads, G, d, _KV[rows[0].keys.dtype],
             torch.get_num_threads())
-        assert status == 0, status
+        _check(status, "attention")
         return out
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -259,7 +288,7 @@ class CKernels:
         out = torch.empty_like(x)
         status = self._library.rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(),
                                         x.shape[0], x.shape[1], eps)
-        assert status == 0, status
+        _check(status, "rms_norm")
         return out
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
@@ -268,5 +297,5 @@ class CKernels:
         T, width = gate_up.shape
         out = torch.empty(T, width // 2, dtype=torch.float32)
         status = self._library.silu_mul(gate_up.data_ptr(), out.data_ptr(), T, width // 2)
-        assert status == 0, status
+        _check(status, "silu_mul")
         return out

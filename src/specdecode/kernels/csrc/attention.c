@@ -242,7 +242,7 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
     int64_t T = 0, seen_total = 0, longest = 0;
     for (int64_t s = 0; s < S; s++) {
         const int64_t end = starts[s] + rows[s];
-        if (rows[s] < 0 || end > capacity[s]) return 1;
+        if (rows[s] < 0 || starts[s] < 0 || end > capacity[s]) return 1;
         T += rows[s];
         seen_total += rows[s] * (end + VL); /* a row's keys, padded to a multiple of VL */
         longest = end > longest ? end : longest;

@@ -6,7 +6,8 @@
  * speculative and plain greedy decoding stay token-identical. Paths may differ from each other in
  * the last bits (vector width sets the order of the reductions); each is exact with itself.
  *
- * Return 0 on success, a positive code for arguments the kernel does not take.
+ * Return 0 on success, 1 for arguments the kernel does not take, 2 when its scratch memory
+ * cannot be allocated; after a failure its outputs are not to be used.
  */
 #ifndef SPECDECODE_KERNELS_H
 #define SPECDECODE_KERNELS_H
@@ -57,13 +58,14 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
 /* The decoder layers `layers[0..n_layers-1]` (indices into `stack`) of a Llama-family model on
  * its residual stream x: [T, hidden], updated in place (layers.c); the caches and rows as for
  * `attention`, which each layer calls with its own index. Every sequence has at most 64 rows.
- * stack: STACK_HEADER numbers (hidden, heads H, KV heads G, head size d, the MLP's inner size),
+ * stack: STACK_HEADER numbers (hidden, heads H, KV heads G, head size d, the MLP's inner size,
+ * the number of layer records: a `layers` entry outside them is refused),
  * then LAYER_RECORD numbers per layer: the addresses of its input norm's weight (0: none) and its
  * post-attention norm's, then MATRIX_RECORD numbers for each of qkv, out, gate_up and down: in
  * features, parts (1..MAX_PARTS, stacked by rows), the address of an fp32 bias (0: none), out
  * features, then per part its kind (0 fp32, 1 bf16, 2 fp16 panels, 16 + f: block format f, as
  * packed for `linear_quant`), its rows and its data's address. */
-#define STACK_HEADER 5
+#define STACK_HEADER 6
 #define MAX_PARTS 3
 #define MATRIX_RECORD (4 + 3 * MAX_PARTS)
 #define LAYER_RECORD (2 + 4 * MATRIX_RECORD)

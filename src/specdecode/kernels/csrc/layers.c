@@ -33,8 +33,9 @@ static int matrix(const int64_t *m, const float *x, float *y, float *spare, int6
                   int threads) {
     const int64_t I = m[0], parts = m[1], out = m[3];
     const float *bias = (const float *)(intptr_t)m[2];
+    if (parts < 1 || parts > MAX_PARTS) return 1;
     int status = 0;
-    for (int64_t p = 0, column = 0; p < parts && !status; p++) {
+    for (int64_t p = 0, column = 0; p < parts; p++) {
         const int64_t kind = m[4 + 3 * p], rows = m[5 + 3 * p];
         const void *w = (const void *)(intptr_t)m[6 + 3 * p];
         if (parts == 1) {
@@ -42,6 +43,7 @@ static int matrix(const int64_t *m, const float *x, float *y, float *spare, int6
             break;
         }
         status = part(kind, w, x, spare, T, I, rows, threads);
+        if (status) return status; /* spare holds nothing to copy */
         for (int64_t t = 0; t < T; t++)
             memcpy(y + t * out + column, spare + t * rows, sizeof(float) * (size_t)rows);
         column += rows;
@@ -62,6 +64,9 @@ int decoder_layers(float *x, int64_t T, const int64_t *stack, const int64_t *lay
                    const uint8_t *const *masks, int64_t S, const float *cos, const float *sin,
                    const int64_t *positions, float eps, int kv_f16, int threads) {
     const int64_t hidden = stack[0], H = stack[1], G = stack[2], d = stack[3], inner = stack[4];
+    if (T < 1 || hidden < 1 || H < 1 || G < 1 || d < 1 || inner < 1) return 1;
+    for (int64_t l = 0; l < n_layers; l++)
+        if (layers[l] < 0 || layers[l] >= stack[5]) return 1;
     const int64_t qkv_width = (H + 2 * G) * d;
     const int64_t widest = 2 * inner > qkv_width ? 2 * inner : qkv_width;
     const int64_t middle = inner > H * d ? inner : H * d;
@@ -71,24 +76,29 @@ int decoder_layers(float *x, int64_t T, const int64_t *stack, const int64_t *lay
     float *h = memory, *wide = h + T * hidden, *o = wide + T * widest, *y = o + T * middle;
     float *spare = y + T * hidden;
     int status = 0;
-    for (int64_t l = 0; l < n_layers && !status; l++) {
+/* the first failing kernel ends the call: nothing after it reads what it did not write */
+#define OR_STOP(call)                                                                              \
+    if ((status = (call)) != 0) goto done
+    for (int64_t l = 0; l < n_layers; l++) {
         const int64_t *layer = stack + STACK_HEADER + layers[l] * LAYER_RECORD;
         const float *input_norm = (const float *)(intptr_t)layer[0];
         const float *post_norm = (const float *)(intptr_t)layer[1];
         const int64_t *qkv = layer + 2, *out = qkv + MATRIX_RECORD;
         const int64_t *gate_up = out + MATRIX_RECORD, *down = gate_up + MATRIX_RECORD;
-        if (input_norm) status |= rms_norm(x, input_norm, h, T, hidden, eps);
-        status |= matrix(qkv, input_norm ? h : x, wide, spare, T, threads);
-        status |= attention(wide, caches_k, caches_v, capacity, starts, rows, masks, S, layers[l],
-                            cos, sin, positions, o, H, G, d, kv_f16, threads);
-        status |= matrix(out, o, y, spare, T, threads);
+        if (input_norm) OR_STOP(rms_norm(x, input_norm, h, T, hidden, eps));
+        OR_STOP(matrix(qkv, input_norm ? h : x, wide, spare, T, threads));
+        OR_STOP(attention(wide, caches_k, caches_v, capacity, starts, rows, masks, S, layers[l],
+                          cos, sin, positions, o, H, G, d, kv_f16, threads));
+        OR_STOP(matrix(out, o, y, spare, T, threads));
         add(x, y, T * hidden);
-        status |= rms_norm(x, post_norm, h, T, hidden, eps);
-        status |= matrix(gate_up, h, wide, spare, T, threads);
-        status |= silu_mul(wide, o, T, inner);
-        status |= matrix(down, o, y, spare, T, threads);
+        OR_STOP(rms_norm(x, post_norm, h, T, hidden, eps));
+        OR_STOP(matrix(gate_up, h, wide, spare, T, threads));
+        OR_STOP(silu_mul(wide, o, T, inner));
+        OR_STOP(matrix(down, o, y, spare, T, threads));
         add(x, y, T * hidden);
     }
+#undef OR_STOP
+done:
     free(memory);
     return status;
 }

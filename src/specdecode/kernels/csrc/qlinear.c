@@ -148,12 +148,22 @@ static void quantize_block(const float *v, struct xblock *b) {
         vstore(rounded + k, r);
         halves[k / 16] = vadd(halves[k / 16], r);
     }
+    const float lo = vsum(halves[0]), hi = vsum(halves[1]);
+    if (isnan(lo + hi)) {
+        /* a NaN or an infinity in the block (either rounds to NaN above: inf * 0, NaN * any):
+         * converting it to int8 is undefined, so the block becomes zeros with a NaN scale, and
+         * every output it reaches is NaN, as fp32 arithmetic would make it */
+        memset(b->q, 0, sizeof b->q);
+        b->d = b->dsum = NAN;
+        b->sum[0] = b->sum[1] = b->sum[2] = 0;
+        return;
+    }
     int8_t q[BLOCK];
     for (int k = 0; k < BLOCK; k++) q[k] = (int8_t)rounded[k];
     memcpy(b->q, q, sizeof q);
     b->d = amax / 127;
-    b->sum[1] = (int32_t)vsum(halves[0]);
-    b->sum[2] = (int32_t)vsum(halves[1]);
+    b->sum[1] = (int32_t)lo;
+    b->sum[2] = (int32_t)hi;
     b->sum[0] = b->sum[1] + b->sum[2];
     b->dsum = b->d * (float)b->sum[0];
 }
@@ -287,12 +297,12 @@ const char *kernel_format(int format) {
 int linear_quant(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,
                  int format, int threads) {
     if (T < 1 || format < 0 || format >= FORMATS) return 1;
-    if (I % (BLOCK * blocks_per_super(format))) return 2;
+    if (I % (BLOCK * blocks_per_super(format))) return 1;
 #ifdef SPECDECODE_AMX
     if (T >= AMX_MIN_ROWS && amx_usable()) return amx_linear(x, w, y, T, I, O, format, threads);
 #endif
     struct xblock *xq = malloc(sizeof *xq * (size_t)(T * (I / BLOCK)));
-    if (!xq) return 3;
+    if (!xq) return 2;
     struct quantize_job rounding = {x, xq, T * (I / BLOCK)};
     /* a few rows take less than waking the threads */
     run_parallel(T > QROWS_PER_TILE ? threads : 1, quantize_task, &rounding);

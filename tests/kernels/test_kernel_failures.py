@@ -1,0 +1,78 @@
+"""What the C kernels do with input they cannot compute: non-finite activations give a defined
+result, and arguments a kernel refuses stop the call with a `KernelError` in every build mode
+(`python -O` included), never an uninitialised output."""
+
+import ctypes
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from specdecode.errors import KernelError
+from specdecode.quant import QuantTensor, random_blocks
+
+
+def random_quant(qtype: str, outputs: int, inputs: int, seed: int) -> QuantTensor:
+    return QuantTensor(qtype, random_blocks(qtype, outputs, inputs, np.random.default_rng(seed)),
+                       inputs)
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K", "Q6_K"])
+def test_a_nan_or_inf_activation_makes_its_rows_outputs_nan_and_no_other_rows(kernel_path, qtype):
+    """A block of x holding NaN or inf would be converted to int8 from NaN (undefined behaviour
+    in C); the kernels make that row's outputs NaN, as fp32 arithmetic would, and every other
+    row's bits stay what they are alone."""
+    if kernel_path.name == "torch":
+        pytest.skip("torch: no C quantization")
+    w = random_quant(qtype, 37, 256, seed=3)
+    panels = kernel_path.pack(w)
+    x = torch.randn(4, 256, generator=torch.Generator().manual_seed(4))
+    x[1, 7], x[2, 200], x[3, 0] = float("nan"), float("inf"), -float("inf")
+    y = kernel_path.linear(x, panels, 37)
+    assert y[1:].isnan().all()
+    assert torch.equal(y[0], kernel_path.linear(x[:1], panels, 37)[0])
+    assert torch.isfinite(y[0]).all()
+
+
+def test_a_kernel_that_refuses_its_arguments_raises_a_kernel_error(kernel_path):
+    if kernel_path.name == "torch":
+        pytest.skip("torch: no C kernels")
+    # rms_norm takes rows of a multiple of 16 values: the C kernel returns 1 for 15
+    with pytest.raises(KernelError, match=r"kernel rms_norm failed with status 1 \(arguments"):
+        kernel_path.rms_norm(torch.randn(2, 15), torch.ones(15), 1e-6)
+    with pytest.raises(KernelError, match="x has 64 features, the weight 256"):
+        kernel_path.linear(torch.randn(1, 64), kernel_path.pack(random_quant("Q8_0", 16, 256, 1)),
+                           16)
+
+
+def test_decoder_layers_refuses_a_layer_index_outside_its_stack(kernel_path):
+    """The layer count travels in the stack's header, so an index from elsewhere (a file, a
+    layer-skip set) cannot make C read past the stack: the call fails before it reads any
+    weight or cache (every address here is null)."""
+    library = getattr(kernel_path, "_library", None)
+    if getattr(library, "decoder_layers", None) is None:
+        pytest.skip(f"{kernel_path.name}: no decoder_layers")
+    stack = torch.tensor([64, 4, 2, 16, 128, 2], dtype=torch.int64)  # 2 layers, no records read
+    x = torch.zeros(1, 64)
+    for index in (2, -1):
+        layers = torch.tensor([index], dtype=torch.int64)
+        status = library.decoder_layers(x.data_ptr(), 1, stack.data_ptr(), layers.data_ptr(), 1,
+                                        *[0] * 6, 1, 0, 0, 0, ctypes.c_float(1e-6), 1, 1)
+        assert status == 1
+
+
+def test_kernel_failures_are_errors_under_python_O():
+    """Asserts vanish under -O; the kernels' checks must not."""
+    code = ("import torch, specdecode.kernels as k\n"
+            "from specdecode.errors import KernelError\n"
+            "path = k.load(k.runnable()[0], True)\n"
+            "try:\n"
+            "    path.rms_norm(torch.randn(2, 15), torch.ones(15), 1e-6)\n"
+            "except KernelError as e:\n"
+            "    print('refused:', e)\n")
+    done = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "refused: kernel rms_norm failed with status 1" in done.stdout
