@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 import torch
 
 from specdecode.core.tree import TokenTree
-from specdecode.models.target import hidden_each
+from specdecode.core.target import hidden_each
 from specdecode.rope import tables
 
 

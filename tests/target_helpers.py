@@ -7,7 +7,7 @@ from typing import Sequence
 import torch
 
 from specdecode.core.tree import TokenTree
-from specdecode.models.target import forward
+from specdecode.core.target import forward
 
 
 class OnCache:

@@ -1,6 +1,8 @@
-"""The package's shape, read from its sources: no import circle (function-level imports
-included), the library never imports the application layer, and drafters and training reach
-targets only through `models.target` (no concrete model class, no other module's private names).
+"""The package's shape, read from its sources: no import circle between modules (function-level
+imports included) nor between packages (`core` and `models` may not import each other through
+any modules); `core` is the bottom layer and imports neither drafters, models nor the application;
+the library never imports the application layer; and drafters and training reach targets only
+through the protocol (no concrete model class, no other module's private names).
 """
 
 from __future__ import annotations
@@ -13,18 +15,22 @@ import specdecode
 ROOT = Path(specdecode.__file__).parent
 
 
-def _module(path: Path) -> str:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def modules_under(root: Path) -> dict[str, Path]:
+    """module name -> source file, for the package at `root`."""
+    def name(path: Path) -> str:
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    return {name(p): p for p in root.rglob("*.py")}
 
 
-MODULES = {_module(p): p for p in ROOT.rglob("*.py")}
+MODULES = modules_under(ROOT)
 
 
-def imports(module: str) -> list[tuple[str, str]]:
+def imports(module: str, modules: dict[str, Path] = MODULES) -> list[tuple[str, str]]:
     """(imported module, name) for every import in `module`, wherever it is in the file; name is
     "" for a plain `import x`."""
-    path = MODULES[module]
+    path = modules[module]
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -34,24 +40,39 @@ def imports(module: str) -> list[tuple[str, str]]:
             target = ".".join(base + ([node.module] if node.module else []))
             for alias in node.names:
                 as_module = f"{target}.{alias.name}"
-                found.append((as_module, "") if as_module in MODULES else (target, alias.name))
+                found.append((as_module, "") if as_module in modules else (target, alias.name))
         elif isinstance(node, ast.Import):
             found += [(alias.name, "") for alias in node.names]
     return found
 
 
-def graph() -> dict[str, set[str]]:
-    return {m: {t for t, _ in imports(m) if t in MODULES and t != m} for m in MODULES}
+def graph(modules: dict[str, Path] = MODULES) -> dict[str, set[str]]:
+    return {m: {t for t, _ in imports(m, modules) if t in modules and t != m} for m in modules}
 
 
-def test_no_module_of_the_package_is_part_of_an_import_circle():
-    edges, state, circles = graph(), {}, []
+def package_graph(modules: dict[str, Path] = MODULES) -> dict[str, set[str]]:
+    """The same imports between the top package's direct parts ('specdecode.core', ...;
+    a top-level module is its own part)."""
+    top = min(modules, key=len)
+
+    def part(m: str) -> str:
+        return ".".join(m.split(".")[:2]) if m != top else m
+
+    edges: dict[str, set[str]] = {part(m): set() for m in modules}
+    for m, targets in graph(modules).items():
+        edges[part(m)] |= {part(t) for t in targets if part(t) not in (part(m), top)}
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, str] = {}
+    found: list[list[str]] = []
 
     def visit(m: str, path: list[str]) -> None:
         state[m] = "open"
         for n in sorted(edges[m]):
             if state.get(n) == "open":
-                circles.append(path[path.index(n):] + [n])
+                found.append(path[path.index(n):] + [n])
             elif n not in state:
                 visit(n, path + [n])
         state[m] = "done"
@@ -59,7 +80,34 @@ def test_no_module_of_the_package_is_part_of_an_import_circle():
     for m in sorted(edges):
         if m not in state:
             visit(m, [m])
-    assert not circles, circles
+    return found
+
+
+def test_no_module_of_the_package_is_part_of_an_import_circle():
+    assert not circles(graph())
+
+
+def test_no_package_is_part_of_an_import_circle_between_packages():
+    assert not circles(package_graph())
+
+
+def test_a_circle_between_packages_is_found_where_no_module_circle_is(tmp_path):
+    """a.one imports b.two and b.three imports a.four: no module imports itself back, but the
+    packages a and b depend on each other."""
+    files = {"__init__.py": "", "a/__init__.py": "", "b/__init__.py": "", "a/four.py": "",
+             "a/one.py": "from ..b import two\n", "b/two.py": "", "b/three.py": "from ..a import four\n"}
+    for name, text in files.items():
+        (tmp_path / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "pkg" / name).write_text(text)
+    modules = modules_under(tmp_path / "pkg")
+    assert not circles(graph(modules))
+    assert circles(package_graph(modules)) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def test_core_is_the_bottom_layer_below_drafters_models_and_the_application():
+    above = ("specdecode.drafters", "specdecode.models", "specdecode.app", "specdecode.pipeline",
+             "specdecode.spec", "specdecode.timing", "specdecode.profiles")
+    assert not package_graph()["specdecode.core"] & set(above)
 
 
 def test_the_library_never_imports_the_application_layer():

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from .core.batch import Request, Speculation, collect_each, stream_batch
 from .core.budget import DraftBudget
-from .core.cost import StepCost, step_cost
+from .core.cost import StepCost
 from .core.engine import Chunk, GenerationResult, collect, stream
 from .core.sampling import SamplingParams
 from .core.sequence import DraftLimit, GenerationConfig
@@ -22,6 +22,7 @@ from .drafters import Drafter, drafter_class
 from .errors import InvalidParameterError
 from .models import DEFAULT_MODEL, LoadedModel, load_model
 from .spec import DecodingSpec, resolve
+from .timing import step_cost
 
 
 class SpecDecoder:

@@ -13,7 +13,7 @@ from specdecode.core.budget import allocate
 from specdecode.core.cost import StepCost
 from specdecode.core.engine import generate
 from specdecode.core.sequence import DraftLimit, GenerationConfig
-from specdecode.drafters.base import Draft, Drafter
+from specdecode.core.drafter import Draft, Drafter
 
 V = 16
 

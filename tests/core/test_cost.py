@@ -1,54 +1,9 @@
-"""The step-cost curve: measured per model, once, kept in the profile by `tune`."""
-
-from types import SimpleNamespace
+"""The step-cost curve: linear between measured row counts, longer caches cost more, and noise
+never prices a row below zero (its measuring: tests/test_timing.py)."""
 
 import pytest
 
-from specdecode.core import cost as cost_module
-from specdecode.core.cost import StepCost, measure, save_step_cost, step_cost, step_seconds
-from specdecode.models.llama import NativeLlama
-
-
-def test_step_seconds_gives_a_positive_time_for_every_size(tiny_llama):
-    target = NativeLlama.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=256))
-    seconds = step_seconds(target, (1, 4), context=16, repeats=3)
-    assert set(seconds) == {1, 4} and all(s > 0 for s in seconds.values())
-
-
-def test_the_measured_curve_covers_the_row_counts_the_window_allows(tiny_llama):
-    target = NativeLlama.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=256))
-    cost = measure(target, repeats=2)
-    assert cost.rows == (1, 2, 4, 8, 16, 32, 64) and all(s > 0 for s in cost.seconds)
-    assert cost.per_cached >= 0
-    # the small row counts again, after as long a context as the window leaves room for
-    assert cost.long_context == 256 - 9 and len(cost.long_seconds) == 4
-    assert all(s > 0 for s in cost.long_seconds)
-
-
-def load(tiny_llama, seed: int) -> SimpleNamespace:
-    target = NativeLlama.from_hf(tiny_llama(seed, vocab=64, layers=2, max_positions=256))
-    return SimpleNamespace(target=target, key=f"tiny-{seed}", weights="float32", kernels="any")
-
-
-def test_step_cost_is_measured_once_per_model_formats_and_kernel_path(tiny_llama, monkeypatch,
-                                                                      tmp_path):
-    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
-    first = step_cost(load(tiny_llama, 4))
-    monkeypatch.setattr(cost_module, "measure",
-                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured again")))
-    assert step_cost(load(tiny_llama, 4)) == first  # another load of the same model and path
-
-
-def test_a_curve_saved_in_the_profile_is_used_by_a_later_process(tiny_llama, monkeypatch,
-                                                                  tmp_path):
-    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
-    model = load(tiny_llama, 5)
-    saved = StepCost((1, 2, 8), (1.0, 1.2, 2.0), 64, 1e-5, 1024, (1.5, 1.8))
-    save_step_cost(model, saved)
-    monkeypatch.setattr(cost_module, "_MEASURED", {})  # a new process
-    monkeypatch.setattr(cost_module, "measure",
-                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured again")))
-    assert step_cost(model) == saved
+from specdecode.core.cost import StepCost
 
 
 def test_steps_between_and_past_measured_row_counts_are_linear():

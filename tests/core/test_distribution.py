@@ -28,7 +28,7 @@ from specdecode.core.engine import generate
 from specdecode.core.sampling import SamplingParams, sample
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.core.verify import Verdict
-from specdecode.drafters.base import Draft, Drafter
+from specdecode.core.drafter import Draft, Drafter
 from specdecode.drafters.draft_model import DraftModel
 from specdecode.drafters.eagle import Eagle
 from specdecode.drafters.plain import NoDrafter

@@ -18,7 +18,7 @@ from specdecode.core.cost import StepCost
 from specdecode.core.engine import generate, stream
 from specdecode.core.sampling import SamplingParams
 from specdecode.core.sequence import DraftLimit, GenerationConfig
-from specdecode.drafters.base import Draft, Drafter
+from specdecode.core.drafter import Draft, Drafter
 from specdecode.drafters.draft_model import DraftModel
 from specdecode.drafters.layerskip import LayerSkip
 from specdecode.drafters.lookup import PromptLookup

@@ -10,7 +10,7 @@ import torch
 from specdecode.app.bench.synthetic import write_random_gguf
 from specdecode.models import load_model
 from specdecode.models.gguf import transformers_name, unpermute_rows
-from specdecode.models.target import forward
+from specdecode.core.target import forward
 
 TOKENS = torch.tensor([5, 17, 300, 42, 9, 1000, 7, 7, 4096])
 

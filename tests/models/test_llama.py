@@ -10,7 +10,8 @@ import transformers
 from target_helpers import OnCache
 
 from specdecode.models.llama import NativeLlama, supports
-from specdecode.models.target import FeatureTarget, HFTarget, LayerSkipTarget
+from specdecode.core.target import FeatureTarget, LayerSkipTarget
+from specdecode.models.target import HFTarget
 
 V = 64
 ATOL = 1e-4

@@ -10,7 +10,7 @@ import torch
 
 from specdecode.errors import ModelLoadError
 from specdecode.models import load_model
-from specdecode.models.target import forward
+from specdecode.core.target import forward
 
 
 def test_native_target_from_files_matches_the_transformers_model(tiny_real_vocab_model):

@@ -154,7 +154,7 @@ def bench(args: argparse.Namespace) -> int:
 def tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ..core.cost import measure, save_step_cost
+    from ..timing import measure, save_step_cost
     from ..profiles import save_profile_section
     from .bench.specbench import GROUPS, calibration_prompts
     from .layer_search import search_layers_once

@@ -16,10 +16,10 @@ import torch
 from ..core.engine import generate
 from ..core.sampling import SamplingParams
 from ..core.sequence import DraftLimit, GenerationConfig
+from ..core.target import LayerSkipTarget
 from ..drafters.layerskip import PROFILE_SECTION, LayerSkip
 from ..drafters.plain import NoDrafter
 from ..models import LoadedModel
-from ..models.target import LayerSkipTarget
 from ..profiles import load_profile, save_profile_section
 
 log = logging.getLogger("specdecode")

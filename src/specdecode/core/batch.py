@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Literal, Sequence
 
-from ..drafters.base import Drafter
-from ..models.target import Target
 from .cost import MEASURED_ROWS, StepCost
+from .drafter import Drafter
 from .engine import PREFILL_CHUNK, Chunk, GenerationResult, admit, collect, step_batch
 from .sequence import DraftLimit, GenerationConfig
 from .sequence import Sequence as Seq
+from .target import Target
 
 # adaptive: draft rows chosen for the whole batch (speculation shrinks as it fills); always: each
 # sequence's as if it ran alone; off: no drafts

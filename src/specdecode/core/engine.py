@@ -19,16 +19,16 @@ from typing import Sequence as Tokens
 
 import torch
 
-from ..drafters.base import EMPTY_DRAFT, Draft, Drafter
 from ..errors import InvalidParameterError, PromptTooLongError
 from ..kernels import ROW_INVARIANT_ROWS
-from ..models.target import Target
 from .budget import StepShape, allocate, min_chance, step_gain
 from .cost import StepCost
 from .detokenize import IncrementalText
+from .drafter import EMPTY_DRAFT, Draft, Drafter
 from .metrics import RunStats
 from .sampling import probabilities
 from .sequence import DraftLimit, GenerationConfig, Sequence, new_generator
+from .target import Target
 from .verify import verify_greedy, verify_sampling
 
 

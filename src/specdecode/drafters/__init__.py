@@ -4,11 +4,9 @@ each drafter registers itself: a new drafter is one new file here."""
 import importlib
 import pkgutil
 
+from ..core.drafter import Draft, Drafter, NoOptions
 from .base import (
     DRAFTERS,
-    Draft,
-    Drafter,
-    NoOptions,
     create_drafter,
     drafter_class,
     make_options,

@@ -1,8 +1,4 @@
-"""The drafter interface, its registry and its options.
-
-A drafter only proposes; the verifier decides. A drafter holds weights and a policy; whatever
-changes while a request generates lives on that request's `Sequence` (`seq.drafter_state`, set up
-by `start`), so one drafter serves any number of sequences.
+"""The drafters' registry and their options (the interface they implement: `core.drafter`).
 
 Each drafter registers under a name with its own options, a frozen dataclass `Options` whose fields
 are made with `option(...)`: the CLI's flags, the server's `speculative` fields, `resolve` and the
@@ -11,52 +7,17 @@ benchmark all read them from the registry, so a new drafter is one new file.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from dataclasses import field, fields
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from ..core.budget import DraftBudget
+from ..core.drafter import Draft, Drafter
 from ..core.sampling import SamplingParams, greedy_tokens, probabilities, sample
-from ..core.tree import TokenTree
 from ..errors import InvalidParameterError
 
 if TYPE_CHECKING:
-    from ..core.sequence import Sequence
     from ..models import LoadedModel
-
-
-@dataclass
-class Draft:
-    tokens: torch.Tensor  # [N] int64, proposed continuation(s) of the context
-    q: torch.Tensor | None  # [N, V] processed draft distributions, None for deterministic drafters
-    forwards: int = 0  # draft-model forward passes spent on this proposal
-    parents: torch.Tensor | None = None  # [N] int64 tree parents (`tree.TokenTree`); None: a chain
-    # [N] float: each node's estimated chance of lying on the accepted path, nodes best first, so
-    # that the step's budget (`core.budget`) can score a prefix; None: the draft is scored whole
-    chances: torch.Tensor | None = None
-
-    @cached_property
-    def tree(self) -> TokenTree:
-        if self.parents is None:
-            return TokenTree.chain(self.tokens)
-        return TokenTree(self.tokens, self.parents)
-
-    def __len__(self) -> int:
-        return self.tokens.shape[0]
-
-    def best(self, n: int) -> "Draft":
-        """The first n nodes (parents precede children, so they form a tree)."""
-        if n >= len(self):
-            return self
-        cut = lambda t: None if t is None else t[:n]  # noqa: E731
-        return Draft(self.tokens[:n], cut(self.q), self.forwards, cut(self.parents),
-                     cut(self.chances))
-
-
-EMPTY_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)
 
 
 def option(default: Any, help: str, parse: Callable[[str], Any] | None = None) -> Any:
@@ -64,81 +25,6 @@ def option(default: Any, help: str, parse: Callable[[str], Any] | None = None) -
     with dashes), and how the flag's text becomes a value when `type(default)` cannot (`parse`,
     raising ValueError on bad input)."""
     return field(default=default, metadata={"help": help, "parse": parse})
-
-
-@dataclass(frozen=True)
-class NoOptions:
-    """Options of a drafter that has none."""
-
-
-class Drafter(ABC):
-    name: ClassVar[str]
-    Options: ClassVar[type] = NoOptions
-    uses_features: ClassVar[bool] = False  # True: the engine calls `observe_features`
-    uses_logits: ClassVar[bool] = False  # True: the engine calls `observe_logits`
-    requires: ClassVar[tuple[type, ...]] = ()  # target capabilities (`models.target`) it needs
-    proposes_trees: ClassVar[bool] = False  # True: needs a target that scores trees
-
-    @classmethod
-    @abstractmethod
-    def create(cls, model: "LoadedModel", options) -> "Drafter":
-        """Build the drafter for this model from its `Options`; raise a SpecDecodeError for
-        unusable options."""
-
-    @classmethod
-    def unavailable(cls, model: "LoadedModel", options) -> str | None:
-        """Why this drafter cannot run on this model with these options (one line), or None."""
-        missing = [c.__name__ for c in cls.requires if not isinstance(model.target, c)]
-        if missing:
-            return (f"{cls.name} needs a target with {' and '.join(missing)} (the native backend,"
-                    " a Llama-family model)")
-        if cls.proposes_trees and not getattr(model.target, "scores_trees", False):
-            return (f"{cls.name} proposes token trees, which this target cannot score (the "
-                    "transformers backend verifies chains only): use the native backend or a "
-                    "chain drafter (lookup, draft)")
-        return None
-
-    @classmethod
-    def tune_candidates(cls, model: "LoadedModel", draft_model: str | None) -> list[dict]:
-        """The configurations `specdecode tune` times for this drafter: dicts of option values by
-        field name, and "max_draft_nodes" / "max_draft_depth" (the caps); `draft_model` is tune's
-        --draft-model. Default: the defaults."""
-        return [{}]
-
-    def start(self, seq: "Sequence") -> None:
-        """Set up this drafter's state for a new sequence (`seq.drafter_state`)."""
-
-    @abstractmethod
-    def propose(self, seq: "Sequence", budget: DraftBudget) -> Draft:
-        """Propose at most budget.nodes tokens, on paths of at most budget.depth, that continue
-        seq.context (prompt + generated so far); with chances where the drafter can estimate them.
-
-        The sequence's cache holds context[:-1] when this is called and must hold exactly that
-        again when it returns (drafters that run the target roll back what they appended)."""
-
-    def observe(self, seq: "Sequence", scored: int, accepted: int) -> None:
-        """Told after each verification: how many of the proposed nodes were scored (the first
-        `scored`: the step's budget may keep fewer than proposed) and how many were accepted."""
-
-    def observe_features(self, seq: "Sequence", hidden: torch.Tensor) -> None:
-        """The target's hidden states [T, H] of the positions it just added to the sequence's
-        cache, in order: the prompt after prefill, then the root and accepted path each step."""
-
-    def observe_logits(self, seq: "Sequence", tokens: list[int], logits: torch.Tensor) -> None:
-        """After each verification: `tokens` [a + 1], the root (pending) token and the accepted
-        path, and `logits` [a + 1, V], the target's rows for them (each predicts the next)."""
-
-    def finish(self, seq: "Sequence") -> None:
-        """Told once when a sequence has finished (not when it was cancelled)."""
-
-    @property
-    def default_budget(self) -> DraftBudget:
-        """The caps when the user sets none: the most the cost rule may choose from."""
-        return DraftBudget(4, 4)
-
-    def describe(self) -> str:
-        """One line for reports: what this drafter is configured to do."""
-        return self.name
 
 
 DRAFTERS: dict[str, type[Drafter]] = {}

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 import torch
 
 from ..core.budget import DraftBudget
+from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
+from ..core.target import Target, forward
 from ..errors import InvalidParameterError
-from ..models.target import Target, forward
-from .base import EMPTY_DRAFT, Draft, Drafter, draft_chain, option, register
+from .base import draft_chain, option, register
 from .lookup import MatchEvidence, NgramIndex
 from .vocabulary import proposable_ids
 

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 import torch
 
 from ..core.budget import DraftBudget
+from ..core.drafter import EMPTY_DRAFT, Draft
+from ..core.target import FeatureTarget, KVCache
 from ..core.tree import ROOT
 from ..models.heads import EagleHead
 from ..models.linear import Linear
-from ..models.target import FeatureTarget, KVCache
-from .base import EMPTY_DRAFT, Draft, option, register
+from .base import option, register
 from .learned import (
     DEFAULT_NODES,
     HeadOptions,

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..core.budget import DraftBudget
+from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
+from ..core.target import LayerSkipTarget
 from ..errors import InvalidParameterError
-from ..models.target import LayerSkipTarget
 from ..profiles import load_profile
-from .base import EMPTY_DRAFT, Draft, Drafter, draft_chain, option, register
+from .base import draft_chain, option, register
 
 log = logging.getLogger("specdecode")
 PROFILE_SECTION = "layerskip"

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..core.drafter import Drafter
+from ..core.target import FeatureTarget
 from ..core.tree import ROOT
 from ..errors import InvalidParameterError, ModelLoadError
 from ..models.heads import load_head
-from ..models.target import FeatureTarget
-from .base import Drafter, option
+from .base import option
 
 if TYPE_CHECKING:
     from ..models import LoadedModel

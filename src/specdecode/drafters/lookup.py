@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core.budget import DraftBudget
+from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..errors import InvalidParameterError
-from .base import EMPTY_DRAFT, Draft, Drafter, option, register
+from .base import option, register
 
 
 class NgramIndex:

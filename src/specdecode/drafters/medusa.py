@@ -17,11 +17,12 @@ from __future__ import annotations
 import torch
 
 from ..core.budget import DraftBudget
+from ..core.drafter import EMPTY_DRAFT, Draft
+from ..core.target import FeatureTarget
 from ..core.tree import ROOT
 from ..models.heads import MedusaHeads
 from ..models.linear import Linear
-from ..models.target import FeatureTarget
-from .base import EMPTY_DRAFT, Draft, register
+from .base import register
 from .learned import DEFAULT_NODES, HeadOptions, LearnedDrafter, draft_lm_head, to_token_ids
 
 # Candidate paths by rank, best first: wide where the heads are sure (head 1), narrow deeper,

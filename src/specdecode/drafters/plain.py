@@ -4,7 +4,8 @@ target forward that yields exactly one token."""
 from __future__ import annotations
 
 from ..core.budget import DraftBudget
-from .base import EMPTY_DRAFT, Draft, Drafter, register
+from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
+from .base import register
 
 
 @register("ar")

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core.budget import DraftBudget
+from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.tree import ROOT
 from ..errors import InvalidParameterError
-from .base import EMPTY_DRAFT, Draft, Drafter, option, register
+from .base import option, register
 
 Key = tuple[int, ...]
 Class = tuple[str, int, int]  # (source, n-gram length or 0, rank among the source's candidates)

@@ -19,11 +19,11 @@ from typing import Mapping, Sequence
 import torch
 
 from .. import kernels as kernel_paths
-from ..core.cache import StaticKVCache
 from ..core.tree import TokenTree
 from ..kernels import ROW_INVARIANT_ROWS, CacheRows, Kernels
 from ..quant import FORMATS, QuantTensor, decode
 from ..rope import frequencies, tables
+from .cache import StaticKVCache
 from .gguf import ROPE_FACTORS
 from .linear import Linear
 

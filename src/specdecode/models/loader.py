@@ -28,11 +28,12 @@ from pathlib import Path
 
 import torch
 
+from ..core.target import Target
 from ..errors import ModelLoadError
 from ..storage import cache_dir
 from . import llama
 from .parts import PARTED, assembled
-from .target import HFTarget, Target
+from .target import HFTarget
 
 DEFAULT_MODEL = "smollm2-135m"
 # alias -> (PyPI distribution, its top-level package, the GGUF file inside it)

@@ -6,7 +6,7 @@ import torch
 
 from specdecode.app.train.objectives import TrainSequence
 from specdecode.models.llama import NativeLlama
-from specdecode.models.target import forward
+from specdecode.core.target import forward
 
 
 def tiny_target(make_tiny_llama, seed: int = 0) -> NativeLlama:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from ...core.target import forward
 from ...models import LoadedModel
-from ...models.target import forward
 from .records import Record
 from .specbench import PEERS, UNAUDITED
 

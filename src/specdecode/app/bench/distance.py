@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ...core.target import forward
 from ...models import LoadedModel, load_model
 from ...models.loader import gguf_file
-from ...models.target import forward
 from ...pipeline import SpecDecoder
 from .llamacpp import LlamaCppPeer, installed
 from .specbench import load_questions, select

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...core.cost import step_seconds
 from ...core.engine import PREFILL_CHUNK
 from ...models import LoadedModel
 from ...quant import QuantTensor, panel_bytes, random_blocks
+from ...timing import step_seconds
 
 
 def _median_seconds(fn, repeats: int, statistic=statistics.median) -> float:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import torch
 
-from ...core.cost import cpu_name
 from ...drafters import DRAFTERS
 from ...errors import InvalidParameterError, SpecDecodeError
 from ...models import LoadedModel, load_model
 from ...models.loader import gguf_file
 from ...pipeline import SpecDecoder
+from ...timing import cpu_name
 from ..options import check_args, drafter_values, load, positive_ints, resolve_args
 from . import llamacpp, llamacpp_programs
 from .audit import greedy_audit

@@ -23,9 +23,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ...core.batch import Speculation
 from ...core.engine import Chunk
 from ...drafters import DRAFTERS
-from ...core.batch import Speculation
 from ...errors import InvalidParameterError, SpecDecodeError
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder

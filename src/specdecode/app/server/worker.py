@@ -19,12 +19,12 @@ from typing import Any, Callable
 
 from ...core.batch import Batch, Speculation
 from ...core.budget import DraftBudget
-from ...core.cost import step_cost
 from ...core.engine import Chunk
 from ...core.sequence import Sequence
 from ...errors import SpecDecodeError
 from ...pipeline import SpecDecoder
 from ...spec import resolve
+from ...timing import step_cost
 from .metrics import ServerMetrics
 
 log = logging.getLogger("specdecode.server")

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...models.target import FeatureTarget
+from ...core.target import FeatureTarget
 
 EAGLE_CE_WEIGHT = 0.1  # w, the EAGLE paper's classification weight
 # U(-0.1, 0.1) on the input features, EAGLE's augmentation: drafting later feeds the head its own

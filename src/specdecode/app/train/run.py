@@ -20,10 +20,10 @@ from typing import Callable
 
 import torch
 
+from ...core.target import FeatureTarget
 from ...errors import InvalidParameterError, SpecDecodeError
 from ...models import DEFAULT_MODEL, load_model
 from ...models.heads import HEADS, save_head
-from ...models.target import FeatureTarget
 from .data import (
     ANSWERS_FILE,
     MAX_PROMPT_TOKENS,

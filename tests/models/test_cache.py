@@ -14,7 +14,7 @@ import torch
 from target_helpers import OnCache
 
 from specdecode.core.budget import DraftBudget
-from specdecode.core.cache import StaticKVCache
+from specdecode.models.cache import StaticKVCache
 from specdecode.core.sampling import SamplingParams
 from specdecode.drafters.draft_model import DraftModel
 from specdecode.models.llama import NativeLlama
