@@ -54,7 +54,7 @@ def test_a_chain_is_the_one_branch_tree_with_a_causal_mask():
 
 
 def test_parents_must_point_backwards():
-    with pytest.raises(AssertionError):
+    with pytest.raises(ValueError, match="parents must point to the root or an earlier node"):
         TokenTree(torch.tensor([1, 2]), torch.tensor([1, ROOT]))
 
 

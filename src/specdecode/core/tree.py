@@ -26,10 +26,16 @@ class TokenTree:
     parents: torch.Tensor  # [N] int64, ROOT or an earlier node index
 
     def __post_init__(self) -> None:
+        # a drafter's tree, checked in every build mode: the verifier and the attention masks
+        # index by these parents
         n = self.tokens.shape[0]
-        assert self.tokens.shape == self.parents.shape == (n,), (self.tokens.shape, self.parents.shape)
-        assert bool((self.parents < torch.arange(n)).all()) and bool((self.parents >= ROOT).all()), \
-            f"parents must point to the root or an earlier node: {self.parents.tolist()}"
+        if not self.tokens.shape == self.parents.shape == (n,):
+            raise ValueError(f"a tree's tokens {tuple(self.tokens.shape)} and parents "
+                             f"{tuple(self.parents.shape)} must be one-dimensional, of one length")
+        if not (bool((self.parents < torch.arange(n)).all())
+                and bool((self.parents >= ROOT).all())):
+            raise ValueError("parents must point to the root or an earlier node: "
+                             f"{self.parents.tolist()}")
 
     @classmethod
     def chain(cls, tokens: torch.Tensor) -> "TokenTree":

@@ -6,7 +6,8 @@ it predefines for the host CPU, such as `__AVX512F__`, `__AVX2__` or `__ARM_NEON
 asked of the OS, which must grant a process the tiles' register state. Each path is
 then compiled with the flags of its own instruction set only, so that `avx2` built on an AVX-512
 machine is what an AVX2-only machine runs. Libraries are cached under `cache_dir()/kernels`,
-keyed by the sources, the compiler and the flags.
+keyed by the sources, the compiler and the flags. `SPECDECODE_CFLAGS` adds flags to every
+build (CI's sanitizer job: `-fsanitize=address,undefined`), keyed like the rest.
 
 The exported functions and their ctypes signatures come from one header, `csrc/kernels.h`.
 """
@@ -58,6 +59,7 @@ REQUIRES = {
 # -ffp-contract=off: a * b + c is never fused in one inlined copy of a loop and not in another
 OPTIMIZE = ["-O3", "-ffp-contract=off"]
 LIBRARY_FLAGS = [*OPTIMIZE, "-fPIC", "-shared"]
+EXTRA_FLAGS_VARIABLE = "SPECDECODE_CFLAGS"
 
 
 class BuildError(Exception):
@@ -113,7 +115,8 @@ def build(path: str, cc: str, openmp: bool = True) -> Path:
     attempts = [["-fopenmp"], []] if openmp else [[]]
     failures = []
     for threading in attempts:
-        flags = [*LIBRARY_FLAGS, *FLAGS[path], *threading]
+        flags = [*LIBRARY_FLAGS, *FLAGS[path], *threading,
+                 *os.environ.get(EXTRA_FLAGS_VARIABLE, "").split()]
         key = hashlib.sha256(b"".join(f.read_bytes() for f in sources + headers)
                              + " ".join([cc, _version(cc), *flags]).encode()).hexdigest()[:16]
         library = cache_dir() / "kernels" / f"{path}-{key}.so"

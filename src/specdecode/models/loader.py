@@ -32,6 +32,7 @@ from ..core.target import Target
 from ..errors import ModelLoadError
 from ..storage import cache_dir
 from . import llama
+from .gguf_check import check_gguf
 from .parts import PARTED, assembled
 from .target import HFTarget
 
@@ -238,6 +239,7 @@ def _gguf_cache(gguf: Path) -> Path:
 def _gguf_metadata(gguf: Path) -> Path:
     """A directory with the GGUF file's config and tokenizer, as transformers reads them from it
     (written once, seconds; the native backend reads the weights from the file itself)."""
+    check_gguf(gguf)  # untrusted input: checked before any reader or kernel sees it
     target = _gguf_cache(gguf)
     if (target / "config.json").is_file():
         return target
