@@ -114,7 +114,7 @@ def test_a_speculative_run_returns_the_text_after_the_prompts_echo_and_the_progr
 def test_a_plain_run_counts_the_budgets_last_token_that_was_never_evaluated(tmp_path,
                                                                           monkeypatch):
     _stand_in(tmp_path, "llama-completion",
-              f"printf 'the answer'\ncat >&2 <<'EOF'\n{COMPLETION}EOF\n")
+              f"printf 'the answer [end of text]\\n\\n'\ncat >&2 <<'EOF'\n{COMPLETION}EOF\n")
     monkeypatch.setenv("SPECDECODE_LLAMA_CPP_BIN", str(tmp_path))
     peer = lp.ProgramPeer("llamacpp-bin", tmp_path / "t.gguf", 2)
     run = peer.generate("hi", 1, 64, 0.0, 0)  # 63 runs: the 64th token was sampled, not run

@@ -159,7 +159,8 @@ class ProgramPeer:
             found = parse_completion(log)
             # a run that reached the budget evaluated all but its last token
             tokens = max_new if found["runs"] >= max_new - 1 else found["runs"]
-            text = done.stdout.removesuffix("\n").removesuffix(" [end of text]")
+            # it ends what it prints with " [end of text]" when the model stops, then newlines
+            text = done.stdout.rstrip("\n").removesuffix(" [end of text]")
             return ProgramRun(text, tokens, found["total_seconds"], found["prompt_seconds"])
         found = parse_speculative_simple(log)
         echo = "\n\n" + prompt
