@@ -48,3 +48,20 @@ def test_a_curve_saved_in_the_profile_is_used_by_a_later_process(tiny_llama, mon
     monkeypatch.setattr(timing, "measure",
                         lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured again")))
     assert step_cost(model) == saved
+
+
+def test_a_decoder_is_made_without_timing_and_times_once_when_first_needed_saying_so(
+        tiny_real_vocab_model, monkeypatch, tmp_path, caplog):
+    from specdecode.models import load_model
+    from specdecode.pipeline import SpecDecoder
+
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))  # no profile with a saved curve
+    monkeypatch.setattr(timing, "_MEASURED", {})
+    calls = []
+    monkeypatch.setattr(timing, "measure", lambda target: calls.append(target) or
+                        StepCost((1, 2), (1.0, 1.5)))
+    decoder = SpecDecoder(load_model(str(tiny_real_vocab_model)), "lookup")
+    assert calls == []
+    with caplog.at_level("WARNING", logger="specdecode"):
+        assert decoder.cost == StepCost((1, 2), (1.0, 1.5)) and decoder.cost is decoder.cost
+    assert len(calls) == 1 and "steps on this machine once" in caplog.text

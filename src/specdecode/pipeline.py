@@ -10,6 +10,7 @@ The CLI, the benchmark and the server are users of this class; none of them owns
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Iterator
 
 from .core.batch import Request, Speculation, collect_each, stream_batch
@@ -43,7 +44,13 @@ class SpecDecoder:
         self.drafter: Drafter = drafter_class(spec.method).create(model, spec.options)
         self.budget = self.caps(spec.max_draft_nodes, spec.max_draft_depth)
         self.adaptive = spec.adaptive
-        self.cost: StepCost | None = step_cost(model) if self.budget.nodes else None
+
+    @cached_property
+    def cost(self) -> StepCost | None:
+        """The target's step cost on this machine, for a drafting method: from the model's
+        profile (`tune`), else measured when first needed (a few seconds, said in the log), not
+        when the decoder is made."""
+        return step_cost(self.model) if self.budget.nodes else None
 
     def caps(self, nodes: int | None, depth: int | None) -> DraftBudget:
         """The user's caps, the drafter's default where unset; none for a drafter that drafts

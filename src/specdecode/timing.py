@@ -6,6 +6,7 @@ machine and kernel path.
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import statistics
@@ -100,11 +101,16 @@ def step_cost(model: "LoadedModel") -> StepCost:
     key = (model.key, model.weights, path)
     if key not in _MEASURED:
         saved = (load_profile(model.key).get(PROFILE_SECTION) or {}).get(machine_key(model))
-        _MEASURED[key] = (StepCost(tuple(saved["rows"]), tuple(saved["seconds"]),
-                                   saved["context"], saved["per_cached"],
-                                   saved.get("long_context", 0),
-                                   tuple(saved.get("long_seconds", ())))
-                          if saved else measure(model.target))
+        if saved:
+            _MEASURED[key] = StepCost(tuple(saved["rows"]), tuple(saved["seconds"]),
+                                      saved["context"], saved["per_cached"],
+                                      saved.get("long_context", 0),
+                                      tuple(saved.get("long_seconds", ())))
+        else:
+            logging.getLogger("specdecode").warning(
+                "timing %s's steps on this machine once (a few seconds; `specdecode tune` saves "
+                "them)", model.key)
+            _MEASURED[key] = measure(model.target)
     return _MEASURED[key]
 
 

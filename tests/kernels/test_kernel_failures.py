@@ -76,3 +76,21 @@ def test_kernel_failures_are_errors_under_python_O():
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert "refused: kernel rms_norm failed with status 1" in done.stdout
+
+
+def test_attention_refuses_a_position_beyond_its_rotary_tables(kernel_path):
+    """C reads a row of the cos and sin tables at each position: one past their end would be a
+    read outside them."""
+    if kernel_path.name == "torch":
+        pytest.skip("torch: no C kernels")
+    from specdecode.kernels.torch_path import CacheRows
+
+    H, G, d, T = 2, 1, 16, 2
+    keys, values = torch.zeros(1, G, 8, d), torch.zeros(1, G, 8, d)
+    caches = kernel_path.attention_inputs([CacheRows(keys, values, 0, T, None)])
+    cos, sin = torch.ones(4, d), torch.zeros(4, d)
+    qkv = torch.randn(T, (H + 2 * G) * d)
+    assert kernel_path.attention(qkv, caches, 0, cos, sin, torch.tensor([2, 3]), H).shape == \
+        (T, H * d)
+    with pytest.raises(KernelError, match="a position outside the rotary tables' 4 rows"):
+        kernel_path.attention(qkv, caches, 0, cos, sin, torch.tensor([3, 4]), H)

@@ -24,8 +24,7 @@ _BLOCKS = 16
 
 
 # kernels.h: the codes a kernel returns besides 0
-_STATUS = {1: "arguments it does not take", 2: "arguments it does not take",
-           3: "no memory for its scratch"}
+_STATUS = {1: "arguments it does not take", 2: "no memory for its scratch"}
 
 
 def _check(status: int, kernel: str) -> None:
@@ -40,6 +39,19 @@ def _require(condition: bool, kernel: str, what: str) -> None:
     """Sizes a kernel is called with, checked before C reads memory by them."""
     if not condition:
         raise KernelError(f"kernel {kernel}: {what}")
+
+
+def _check_rope(kernel: str, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
+                rows: int, d: int) -> None:
+    """The rotary tables cover every position C will read a row of them at."""
+    _require(cos.shape == sin.shape and cos.dim() == 2 and cos.shape[1] == d
+             and cos.is_contiguous() and sin.is_contiguous(), kernel,
+             f"rotary tables {tuple(cos.shape)} for heads of {d}")
+    _require(positions.dtype == torch.int64 and positions.is_contiguous()
+             and tuple(positions.shape) == (rows,), kernel,
+             f"positions {tuple(positions.shape)} for {rows} rows")
+    _require(rows == 0 or 0 <= int(positions.min()) and int(positions.max()) < cos.shape[0],
+             kernel, f"a position outside the rotary tables' {cos.shape[0]} rows")
 
 
 @dataclass(frozen=True, eq=False)
@@ -231,6 +243,7 @@ class CKernels:
                  f"a sequence brings more than {ROW_INVARIANT_ROWS} rows")
         _require(tuple(x.shape) == (sum(c.rows for c in rows), stack.hidden), "decoder_layers",
                  f"x {tuple(x.shape)} does not match the rows and hidden size {stack.hidden}")
+        _check_rope("decoder_layers", cos, sin, positions, x.shape[0], rows[0].keys.shape[3])
         x = x.contiguous().clone()
         order = torch.tensor(list(layers), dtype=torch.int64)
         status = self._library.decoder_layers(
@@ -274,6 +287,7 @@ class CKernels:
                  f"qkv {tuple(qkv.shape)} for {num_heads} heads, {G} KV heads of {d}")
         _require(T == sum(c.rows for c in rows), "attention",
                  f"{T} rows of qkv for {sum(c.rows for c in rows)} cache rows")
+        _check_rope("attention", cos, sin, positions, T, d)
         out = torch.empty(T, num_heads * d, dtype=torch.float32)
         status = self._library.attention(
             qkv.data_ptr(), *caches.pointers, len(rows), layer, cos.data_ptr(), sin.data_ptr(),

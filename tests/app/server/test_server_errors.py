@@ -126,3 +126,31 @@ def test_server_still_answers_after_bad_input(client):
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] in ("stop", "length")
     r = client.post(CH, json=M)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_a_failed_step_answers_its_request_with_the_kernels_line_and_the_server_goes_on(
+        tiny_real_vocab_model):
+    """A kernel that fails mid-step (here: the target's first batched forward, as if its scratch
+    could not be allocated) ends the requests of that step with a 500 naming the kernel; the
+    next request is served as usual."""
+    from specdecode.errors import KernelError
+    from specdecode.models import load_model
+    from specdecode.pipeline import SpecDecoder
+
+    model = load_model(str(tiny_real_vocab_model))
+    forward, failures = model.target.hidden_batch, ["kernel attention failed with status 2 (no "
+                                                     "memory for its scratch)"]
+
+    def fails_once(*args, **kwargs):
+        if failures:
+            raise KernelError(failures.pop())
+        return forward(*args, **kwargs)
+
+    model.target.hidden_batch = fails_once
+    body = {"prompt": "hello", "max_tokens": 4, "temperature": 0}
+    with running(create_app(SpecDecoder(model, "ar"))) as srv, httpx.Client(timeout=60) as client:
+        failed = client.post(srv.v1 + "/completions", json=body)
+        assert assert_openai_error(failed, 500)["code"] == "kernel_error"
+        assert "kernel attention failed with status 2" in failed.json()["error"]["message"]
+        served = client.post(srv.v1 + "/completions", json=body)
+    assert served.status_code == 200 and served.json()["usage"]["completion_tokens"] >= 1

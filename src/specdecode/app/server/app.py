@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...core.batch import Speculation
 from ...core.engine import Chunk
 from ...drafters import DRAFTERS
-from ...errors import InvalidParameterError, SpecDecodeError
+from ...errors import InvalidParameterError, KernelError, SpecDecodeError
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
 from . import responses
@@ -72,6 +72,8 @@ def api_error(exc: Exception) -> APIError:
     """The HTTP meaning of an exception raised while serving a generation."""
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, KernelError):  # the server's failure, not the request's
+        return APIError(500, str(exc), "server_error", code="kernel_error")
     if isinstance(exc, SpecDecodeError):
         return APIError(400, str(exc))
     if isinstance(exc, ServerBusyError):

@@ -21,7 +21,7 @@ from ...core.batch import Batch, Speculation
 from ...core.budget import DraftBudget
 from ...core.engine import Chunk
 from ...core.sequence import Sequence
-from ...errors import SpecDecodeError
+from ...errors import KernelError, SpecDecodeError
 from ...pipeline import SpecDecoder
 from ...spec import resolve
 from ...timing import step_cost
@@ -247,13 +247,18 @@ class EngineWorker:
                 del self._running[key]
 
     def _step(self, batch: Batch) -> None:
+        """One step of every running sequence. A step that fails ends the requests it held, each
+        told why (a kernel's one line, else an internal error); the server goes on with the
+        queue."""
         try:
             results = batch.step()
-        except Exception:
+        except Exception as exc:
             log.exception("generation failed")
+            error = exc if isinstance(exc, KernelError) else InternalError(
+                "internal error while generating; see the server log")
             for job, seq in list(self._running.values()):
                 batch.leave(seq)
-                job.send(InternalError("internal error while generating; see the server log"))
+                job.send(error)
             self._running.clear()
             return
         self.metrics.observe_step(batch.last_step)
