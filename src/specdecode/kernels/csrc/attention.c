@@ -17,6 +17,7 @@
  * or in a plain step, and nothing depends on how many rows share the call.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,7 +172,8 @@ struct attention_job {
     const int64_t *before;              /* by unit: the work of the units before it (+ one: all) */
     float *out;
     int64_t U, longest, H, G, d;
-    int f16, failed;
+    int f16;
+    atomic_int failed; /* set by any thread whose scratch could not be allocated */
 };
 
 /* heads [h, h + nr) of row t, nr <= ATTENTION_HEADS, as a constant */
@@ -201,7 +203,7 @@ ALWAYS_INLINE void attention_share(const int F16, struct attention_job *job, int
     const int64_t stride = job->longest + VL;
     float *scores = malloc(sizeof(float) * (size_t)(ATTENTION_HEADS * stride));
     if (!scores) {
-        job->failed = 1; /* several threads may set it: they all write the same value */
+        atomic_store_explicit(&job->failed, 1, memory_order_relaxed);
         return;
     }
     const long long begin = work_start(job, thread, threads);
@@ -306,5 +308,6 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
                                 unit_row, unit_group, before, out, u, longest, H, G, d, kv_f16, 0};
     run_parallel(threads, attention_task, &job);
     free(index), free(by_row);
-    return job.failed ? 2 : 0;
+    /* the threads have joined: their stores are seen */
+    return atomic_load_explicit(&job.failed, memory_order_relaxed) ? 2 : 0;
 }

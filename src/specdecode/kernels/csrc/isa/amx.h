@@ -19,6 +19,7 @@
  * Linux grants a process the tiles' register state only when asked (arch_prctl); where it is
  * not granted, every call takes the vector tile.
  */
+#include <stdatomic.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -48,12 +49,14 @@ struct tile_config {
 /* 1 once the OS has granted this process the tile state; asked once (the request is idempotent,
  * so threads racing here all get the same answer) */
 static int amx_usable(void) {
-    static volatile int granted = -1;
-    if (granted < 0) {
+    static atomic_int granted = -1;
+    int answer = atomic_load_explicit(&granted, memory_order_relaxed);
+    if (answer < 0) {
         const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-        granted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+        answer = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+        atomic_store_explicit(&granted, answer, memory_order_relaxed);
     }
-    return granted;
+    return answer;
 }
 
 /* product I (< products) of the blocks from b: tile I = x tile X . weights tile W (literal
@@ -72,7 +75,7 @@ struct amx_job {
     const uint8_t *w;
     float *y;
     int64_t T, I, O;
-    int failed;
+    atomic_int failed; /* set by any thread whose unpacking buffer could not be allocated */
 };
 
 struct amx_rounding {
@@ -114,7 +117,7 @@ ALWAYS_INLINE void amx_share(struct amx_job *job, int thread, int threads, const
     int8_t (*unpacked)[BLOCK / 4][4 * VL] =
         aligned_alloc(64, (size_t)(WEIGHT_PANELS * blocks) * BLOCK * VL);
     if (!unpacked) {
-        job->failed = 1; /* several threads may set it: they all write the same value */
+        atomic_store_explicit(&job->failed, 1, memory_order_relaxed);
         return;
     }
     _Alignas(64) int32_t sums[IN_FLIGHT][AMX_ROWS][VL];
@@ -184,12 +187,12 @@ static int amx_linear(const float *x, const uint8_t *w, float *y, int64_t T, int
                       int format, int threads) {
     const int64_t blocks = I / BLOCK, tiles = (T + AMX_ROWS - 1) / AMX_ROWS * blocks;
     struct xtile *rounded = aligned_alloc(64, sizeof *rounded * (size_t)tiles);
-    if (!rounded) return 3;
+    if (!rounded) return 2;
     memset(rounded, 0, sizeof *rounded * (size_t)tiles);
     struct amx_rounding rounding = {x, rounded, T * blocks, blocks};
     run_parallel(threads, amx_round_task, &rounding);
     struct amx_job job = {rounded, w, y, T, I, O, 0};
     run_parallel(threads, AMX_TASKS[format], &job);
     free(rounded);
-    return job.failed ? 3 : 0;
+    return atomic_load_explicit(&job.failed, memory_order_relaxed) ? 2 : 0; /* threads joined */
 }
