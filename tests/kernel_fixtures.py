@@ -8,7 +8,9 @@ SPECDECODE_TEST_NEON=required (set by .ci/run) the emulated neon path must run."
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +25,14 @@ ARM_PATHS = ("neondot", "neon")  # emulated where the machine is not ARM
 @pytest.fixture(scope="session")
 def emulated_arm(tmp_path_factory):
     """path -> its kernels, run by the driver under qemu (each built once per session)."""
-    from kernels.emulated import INSTALL, EmulatedLibrary, build_driver, missing_tools
+    # by its path: a top-level `kernels` may be another package (transformers >= 5.25 installs
+    # Hugging Face's `kernels`), which would shadow the tests' folder of that name
+    spec = importlib.util.spec_from_file_location(
+        "specdecode_tests_emulated", Path(__file__).parent / "kernels" / "emulated.py")
+    emulated_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emulated_module)
+    INSTALL, EmulatedLibrary = emulated_module.INSTALL, emulated_module.EmulatedLibrary
+    build_driver, missing_tools = emulated_module.build_driver, emulated_module.missing_tools
 
     missing = missing_tools()
     if missing:

@@ -59,11 +59,14 @@ class NoOptions:
 
 
 class Drafter(ABC):
+    """`model` below is a `models.LoadedModel` (typed loosely: this layer does not import the
+    models above it)."""
+
     name: ClassVar[str]
     Options: ClassVar[type] = NoOptions
     uses_features: ClassVar[bool] = False  # True: the engine calls `observe_features`
     uses_logits: ClassVar[bool] = False  # True: the engine calls `observe_logits`
-    requires: ClassVar[tuple[type, ...]] = ()  # target capabilities (`models.target`) it needs
+    requires: ClassVar[tuple[type, ...]] = ()  # target capabilities (`core.target`) it needs
     proposes_trees: ClassVar[bool] = False  # True: needs a target that scores trees
 
     @classmethod
