@@ -75,7 +75,9 @@ def run_bench(args: argparse.Namespace) -> int:
         left_out.update({m: why for m in methods if m in LLAMA_CPP_PEERS})
     programs_missing = (llamacpp_programs.missing_reason() if gguf
                         else "the model has no GGUF file")
-    drafter_gguf = gguf_file(args.draft_model) if args.draft_model else None
+    # looked up only for the peer that reads it (an alias's file may need assembling)
+    drafter_gguf = (gguf_file(args.draft_model)
+                    if args.draft_model and "llamacpp-bin-draft" in methods else None)
     for m in methods:
         if m in LLAMA_CPP_PROGRAMS and programs_missing:
             left_out[m] = programs_missing
