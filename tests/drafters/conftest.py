@@ -7,7 +7,7 @@ import pytest
 from drafter_helpers import V
 from mock_target import MockTarget
 
-from specdecode.models.llama import NativeLlama
+from specdecode.models.decoder import NativeDecoder
 
 
 @pytest.fixture(params=["mock", "native"])
@@ -17,6 +17,6 @@ def make_target(request, tiny_llama):
     def make(seed: int = 11, layers: int = 2, max_positions: int = 256):
         if request.param == "mock":
             return MockTarget(vocab=V, layers=layers, max_length=max_positions, seed=seed)
-        return NativeLlama.from_hf(tiny_llama(seed, vocab=V, layers=layers,
+        return NativeDecoder.from_hf(tiny_llama(seed, vocab=V, layers=layers,
                                               max_positions=max_positions))
     return make

@@ -16,7 +16,7 @@ from specdecode.drafters.eagle import Eagle
 from specdecode.drafters.plain import NoDrafter
 from specdecode.errors import ModelLoadError
 from specdecode.models.heads import EagleHead, load_head, save_head
-from specdecode.models.llama import NativeLlama
+from specdecode.models.decoder import NativeDecoder
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 
@@ -34,7 +34,7 @@ def random_head(target, seed: int = 0, draft_vocab: list[int] | None = None) -> 
 
 
 def test_native_head_layer_equals_the_trainable_module(tiny_llama):
-    target = NativeLlama.from_hf(tiny_llama(11, vocab=V, layers=2))
+    target = NativeDecoder.from_hf(tiny_llama(11, vocab=V, layers=2))
     head = random_head(target)
     drafter = Eagle(target, head)
     T = 12

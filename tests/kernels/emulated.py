@@ -120,7 +120,7 @@ class EmulatedLibrary:
         return struct.unpack("<q", self._receive(8))[0]
 
     def attention(self, qkv, keys, values, capacity, starts, rows, masks, S, layer, cos, sin,
-                  positions, out, H, G, d, kv_f16, threads) -> int:
+                  positions, out, H, G, d, window, scale, kv_f16, threads) -> int:
         """Ships the layer's part of each cache; the driver runs it as a one-layer cache."""
         def ints(pointer: int) -> list[int]:
             return np.frombuffer(_read(pointer, S, np.int64), np.int64).tolist()
@@ -134,7 +134,8 @@ class EmulatedLibrary:
         T = sum(rows)
         rope_rows = int(np.frombuffer(_read(positions, T, np.int64), np.int64).max()) + 1
         width = (H + 2 * G) * d
-        message = [struct.pack("<i8q", 3, S, H, G, d, kv_f16, threads, rope_rows, T)]
+        message = [struct.pack("<i9qf", 3, S, H, G, d, kv_f16, threads, rope_rows, T, window,
+                               scale)]
         for s in range(S):
             message.append(struct.pack("<4q", starts[s], rows[s], capacity[s], masks[s] != 0))
         message.append(_read(qkv, T * width, np.float32))
@@ -162,7 +163,21 @@ class EmulatedLibrary:
         return status
 
     def silu_mul(self, gate_up, out, T, I) -> int:
-        self._send(struct.pack("<i2q", 5, T, I) + _read(gate_up, T * 2 * I, np.float32))
+        return self._gated(5, gate_up, out, T, I)
+
+    def gelu_mul(self, gate_up, out, T, I) -> int:
+        return self._gated(10, gate_up, out, T, I)
+
+    def _gated(self, op: int, gate_up, out, T, I) -> int:
+        self._send(struct.pack("<i2q", op, T, I) + _read(gate_up, T * 2 * I, np.float32))
         status = self._status()
         self._answer(out, T * I)
+        return status
+
+    def head_norm(self, qkv, q_w, k_w, T, H, G, d, eps) -> int:
+        width = (H + 2 * G) * d
+        self._send(struct.pack("<i4qf", 11, T, H, G, d, eps) + _read(qkv, T * width, np.float32)
+                   + _read(q_w, d, np.float32) + _read(k_w, d, np.float32))
+        status = self._status()
+        self._answer(qkv, T * width)
         return status

@@ -2,7 +2,7 @@
  * behalf of the tests: reads a call from stdin, runs it, writes the outputs to stdout. The tests'
  * `EmulatedLibrary` (emulated.py) speaks the other side; every number is little-endian.
  *
- * A call: int32 operation, then its int64 sizes (and float eps for rms_norm; for the linear
+ * A call: int32 operation, then its int64 sizes (and float eps or scale; for the linear
  * layers the weight's size in bytes and the block format), then its input
  * arrays in argument order. The answer: int32 status, then the output arrays (for attention also
  * qkv, keys and values, which the kernel changes in place). */
@@ -68,14 +68,17 @@ int main(void) {
             int64_t macs = kernel_peak(iterations, (int)threads);
             put(&status, sizeof status);
             put(&macs, sizeof macs);
-        } else if (op == 3) { /* attention: S H G d kv_f16 threads rope_rows T, then per sequence
+        } else if (op == 3) { /* attention: S H G d kv_f16 threads rope_rows T window scale(float),
+                                 then per sequence
                                  start rows capacity has_mask; qkv, per sequence the layer's keys
                                  values [mask], cos sin positions -> out qkv, per sequence keys
                                  values */
             int64_t S = size(), H = size(), G = size(), d = size(), kv_f16 = size();
             int64_t threads = size();
             const size_t number = kv_f16 ? 2 : sizeof(float);
-            int64_t rope_rows = size(), T = size();
+            int64_t rope_rows = size(), T = size(), window = size();
+            float scale;
+            get(&scale, sizeof scale);
             int64_t *starts = calloc(S + 1, sizeof(int64_t)), *rows = calloc(S + 1, sizeof(int64_t));
             int64_t *capacity = calloc(S + 1, sizeof(int64_t)), *has_mask = calloc(S + 1, sizeof(int64_t));
             void **keys = calloc(S + 1, sizeof(void *)), **values = calloc(S + 1, sizeof(void *));
@@ -96,7 +99,7 @@ int main(void) {
             float *out = calloc(T * H * d + 1, sizeof(float));
             status = attention(qkv, keys, values, capacity, starts, rows,
                                (const uint8_t *const *)masks, S, 0, cos, sin, positions, out, H,
-                               G, d, (int)kv_f16, threads);
+                               G, d, window, scale, (int)kv_f16, threads);
             put(&status, sizeof status);
             put(out, sizeof(float) * T * H * d);
             put(qkv, qkv_bytes);
@@ -118,14 +121,25 @@ int main(void) {
             put(&status, sizeof status);
             put(out, sizeof(float) * T * H);
             free(x), free(w), free(out);
-        } else if (op == 5) { /* silu_mul: T I; gate_up -> out */
+        } else if (op == 5 || op == 10) { /* silu_mul (5), gelu_mul (10): T I; gate_up -> out */
             int64_t T = size(), I = size();
             float *gate_up = read_array(sizeof(float) * T * 2 * I);
             float *out = calloc(T * I + 1, sizeof(float));
-            status = silu_mul(gate_up, out, T, I);
+            status = (op == 5 ? silu_mul : gelu_mul)(gate_up, out, T, I);
             put(&status, sizeof status);
             put(out, sizeof(float) * T * I);
             free(gate_up), free(out);
+        } else if (op == 11) { /* head_norm: T H G d eps(float); qkv q_w k_w -> qkv */
+            int64_t T = size(), H = size(), G = size(), d = size();
+            float eps;
+            get(&eps, sizeof eps);
+            size_t qkv_bytes = sizeof(float) * T * (H + 2 * G) * d;
+            float *qkv = read_array(qkv_bytes);
+            float *q_w = read_array(sizeof(float) * d), *k_w = read_array(sizeof(float) * d);
+            status = head_norm(qkv, q_w, k_w, T, H, G, d, eps);
+            put(&status, sizeof status);
+            put(qkv, qkv_bytes);
+            free(qkv), free(q_w), free(k_w);
         } else {
             return 2;
         }

@@ -29,20 +29,21 @@ def _case(T: int, seed: int, kv: torch.dtype):
     return qkv, keys, values, cos, sin
 
 
-def attend(kernel_path, qkv, keys, values, cos, sin, positions, mask, start):
+def attend(kernel_path, qkv, keys, values, cos, sin, positions, mask, start, window=0,
+           scale=D ** -0.5):
     """One sequence's rows through `Kernels.attention` (keys, values: one layer's cache)."""
     return together(kernel_path, qkv, [CacheRows(keys, values, start, qkv.shape[0], mask)], cos,
-                    sin, positions)
+                    sin, positions, window, scale)
 
 
-def together(kernel_path, qkv, caches, cos, sin, positions):
+def together(kernel_path, qkv, caches, cos, sin, positions, window=0, scale=D ** -0.5):
     """Several sequences' rows in one call; each cache ([G, capacity, d]) as layer 1 of three."""
     stacked = [CacheRows(torch.stack([torch.zeros_like(c.keys), c.keys, torch.zeros_like(c.keys)]),
                          torch.stack([torch.zeros_like(c.values), c.values,
                                       torch.zeros_like(c.values)]), c.start, c.rows, c.mask)
                for c in caches]
     out = kernel_path.attention(qkv, kernel_path.attention_inputs(stacked), 1, cos, sin,
-                                positions, H)
+                                positions, H, window, scale)
     for c, s in zip(caches, stacked):  # what the kernel wrote, back into the one-layer caches
         c.keys.copy_(s.keys[1])
         c.values.copy_(s.values[1])
@@ -50,8 +51,10 @@ def together(kernel_path, qkv, caches, cos, sin, positions):
     return out
 
 
-def _reference(qkv, keys, values, cos, sin, positions, mask, start):
-    """torch: rotate, write the cache (rounding to its dtype), scaled_dot_product_attention."""
+def _reference(qkv, keys, values, cos, sin, positions, mask, start, window=0, scale=None):
+    """torch: rotate, write the cache (rounding to its dtype), scaled_dot_product_attention;
+    with a window, keys `window` or more positions behind a row's are masked (transformers'
+    sliding_window_overlay: key position > query position - window)."""
     T = qkv.shape[0]
     heads = qkv.view(T, -1, D).transpose(0, 1)
     qk = rotate(heads[: H + G], cos[positions], sin[positions])
@@ -59,9 +62,12 @@ def _reference(qkv, keys, values, cos, sin, positions, mask, start):
     keys[:, start : start + T], values[:, start : start + T] = qk[H:], heads[H + G :]
     if mask is None:
         mask = torch.arange(start + T)[None, :] <= torch.arange(start, start + T)[:, None]
+    if window:
+        key_positions = torch.cat([torch.arange(start), positions])
+        mask = mask & (key_positions[None, :] > positions[:, None] - window)
     o = F.scaled_dot_product_attention(qk[:H][None], keys[None, :, : start + T].float(),
                                        values[None, :, : start + T].float(), attn_mask=mask,
-                                       enable_gqa=True)[0]
+                                       scale=scale, enable_gqa=True)[0]
     return o.transpose(0, 1).reshape(T, H * D), keys, values
 
 
@@ -75,6 +81,32 @@ def test_attention_kernel_equals_rotary_cache_write_and_sdpa_causal(kernel_path,
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(keys, want_keys, rtol=1e-6, atol=1e-6)
     assert torch.equal(values, want_values)
+
+
+@pytest.mark.parametrize("T, start", [(1, 30), (6, 20), (ROW_INVARIANT_ROWS + 3, 10)])
+def test_attention_kernel_with_a_window_sees_only_the_keys_within_it(kernel_path, T, start, kv):
+    """Mistral's and Gemma's local layers: a sliding window of 8 over a prefix of 10 or more,
+    and Gemma's score scale (1/sqrt(query_pre_attn_scalar), not 1/sqrt(d))."""
+    qkv, keys, values, cos, sin = _case(T, seed=T + start, kv=kv)
+    positions = torch.arange(start, start + T)
+    want, _, _ = _reference(qkv, keys, values, cos, sin, positions, None, start, window=8,
+                            scale=0.1)
+    got = attend(kernel_path, qkv, keys, values, cos, sin, positions, None, start, window=8,
+                 scale=0.1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    unwindowed, _, _ = _reference(qkv, keys, values, cos, sin, positions, None, start, scale=0.1)
+    assert (got - unwindowed).abs().max() > 1e-3  # the window changed what the rows saw
+
+
+def test_a_window_applies_to_a_tree_by_its_nodes_positions(kernel_path, kv):
+    T, start = 4, 10
+    qkv, keys, values, cos, sin = _case(T, seed=17, kv=kv)
+    positions = torch.tensor([10, 11, 11, 12])
+    mask = torch.ones(T, start + T, dtype=torch.bool)
+    mask[:, start:] = TREE
+    want, _, _ = _reference(qkv, keys, values, cos, sin, positions, mask, start, window=3)
+    got = attend(kernel_path, qkv, keys, values, cos, sin, positions, mask, start, window=3)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_attention_kernel_follows_a_tree_mask_and_its_positions(kernel_path, kv):

@@ -54,12 +54,12 @@ def test_decoder_layers_refuses_a_layer_index_outside_its_stack(kernel_path):
     library = getattr(kernel_path, "_library", None)
     if getattr(library, "decoder_layers", None) is None:
         pytest.skip(f"{kernel_path.name}: no decoder_layers")
-    stack = torch.tensor([64, 4, 2, 16, 128, 2], dtype=torch.int64)  # 2 layers, no records read
+    stack = torch.tensor([64, 4, 2, 16, 128, 2, 0, 0], dtype=torch.int64)  # 2 layers, no records
     x = torch.zeros(1, 64)
     for index in (2, -1):
         layers = torch.tensor([index], dtype=torch.int64)
         status = library.decoder_layers(x.data_ptr(), 1, stack.data_ptr(), layers.data_ptr(), 1,
-                                        *[0] * 6, 1, 0, 0, 0, ctypes.c_float(1e-6), 1, 1)
+                                        *[0] * 6, 1, 0, 0, 1, 0, ctypes.c_float(1e-6), 1, 1)
         assert status == 1
 
 
@@ -90,7 +90,7 @@ def test_attention_refuses_a_position_beyond_its_rotary_tables(kernel_path):
     caches = kernel_path.attention_inputs([CacheRows(keys, values, 0, T, None)])
     cos, sin = torch.ones(4, d), torch.zeros(4, d)
     qkv = torch.randn(T, (H + 2 * G) * d)
-    assert kernel_path.attention(qkv, caches, 0, cos, sin, torch.tensor([2, 3]), H).shape == \
-        (T, H * d)
+    assert kernel_path.attention(qkv, caches, 0, cos, sin, torch.tensor([2, 3]), H, 0,
+                                 d ** -0.5).shape == (T, H * d)
     with pytest.raises(KernelError, match="a position outside the rotary tables' 4 rows"):
-        kernel_path.attention(qkv, caches, 0, cos, sin, torch.tensor([3, 4]), H)
+        kernel_path.attention(qkv, caches, 0, cos, sin, torch.tensor([3, 4]), H, 0, d ** -0.5)

@@ -1,7 +1,7 @@
 """End to end on every kernel path: greedy output of `lookup`, `eagle` and `medusa` equals plain
 greedy output token for token, through the whole loop (chain and tree steps, cache compaction).
 That logits are bitwise equal, so that no near tie can flip a token on a real model, is
-tests/models/test_llama.py's test on every path."""
+tests/models/test_decoder.py's test on every path."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.medusa import Medusa
 from specdecode.drafters.plain import NoDrafter
 from specdecode.models.heads import EagleHead, MedusaHeads
-from specdecode.models.llama import NativeLlama
+from specdecode.models.decoder import NativeDecoder
 
 V = 48
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11, 5, 6, 7]  # repeats: lookup finds matches
@@ -30,7 +30,7 @@ def _random(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     return module.eval()
 
 
-def _drafters(target: NativeLlama, model) -> dict:
+def _drafters(target: NativeDecoder, model) -> dict:
     """name -> (drafter, its caps)"""
     cfg = target.layer_shape()
     return {
@@ -47,9 +47,9 @@ def test_greedy_speculative_output_equals_plain_greedy_output_on_every_path(kern
                                                                            kv, tiny_llama):
     model = tiny_llama(21, vocab=V, layers=2)
     config = GenerationConfig(40, SamplingParams())
-    plain = generate(NativeLlama.from_hf(model, kernels=kernel_path, kv_dtype=kv), NoDrafter(),
+    plain = generate(NativeDecoder.from_hf(model, kernels=kernel_path, kv_dtype=kv), NoDrafter(),
                      PROMPT, config, None)
-    target = NativeLlama.from_hf(model, kernels=kernel_path, kv_dtype=kv)
+    target = NativeDecoder.from_hf(model, kernels=kernel_path, kv_dtype=kv)
     drafter, limit = _drafters(target, model)[method]
     result = generate(target, drafter, PROMPT, config, limit)
     assert result.token_ids == plain.token_ids
@@ -67,7 +67,7 @@ def test_sixteen_batched_greedy_requests_equal_each_request_alone_on_every_path(
     from specdecode.drafters.suffix import SuffixTree
 
     model = tiny_llama(21, vocab=V, layers=2)
-    target = NativeLlama.from_hf(model, kernels=kernel_path, kv_dtype=kv)
+    target = NativeDecoder.from_hf(model, kernels=kernel_path, kv_dtype=kv)
     drafters = {name: pair for name, pair in _drafters(target, model).items()}
     drafters["plain"] = (NoDrafter(), None)
     drafters["suffix"] = (SuffixTree(SuffixTree.Options(memory_tokens=0)), DraftLimit(8, 8))

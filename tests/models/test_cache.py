@@ -17,7 +17,7 @@ from specdecode.core.budget import DraftBudget
 from specdecode.models.cache import StaticKVCache
 from specdecode.core.sampling import SamplingParams
 from specdecode.drafters.draft_model import DraftModel
-from specdecode.models.llama import NativeLlama
+from specdecode.models.decoder import NativeDecoder
 from specdecode.models.target import HFTarget
 
 V = 64
@@ -102,7 +102,7 @@ def test_static_cache_rollback_moves_length_and_rejects_growing():
 
 
 def make_target(backend: str, hf_model):
-    return NativeLlama.from_hf(hf_model) if backend == "native" else HFTarget(hf_model)
+    return NativeDecoder.from_hf(hf_model) if backend == "native" else HFTarget(hf_model)
 
 
 def on_cache(backend: str, hf_model) -> OnCache:

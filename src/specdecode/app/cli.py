@@ -30,7 +30,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help=f"alias, .gguf file, model directory or hub id (default: {DEFAULT_MODEL})")
     p.add_argument("--backend", default="auto", choices=["auto", "native", "transformers"],
-                   help="native Llama-family path or transformers (default: native when supported)")
+                   help="native (the families in models/families: Llama, Mistral, Qwen2, Qwen3, "
+                        "Qwen3-MoE, Gemma 3) or transformers (default: native when supported)")
     p.add_argument("--dtype", default="auto",
                    choices=["auto", "float32", "bfloat16", "q8_0", "q4_0"],
                    help="what the target's matrices are held in: auto = a GGUF file's own block "
@@ -156,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "configuration as this model's defaults for generate, bench "
                                    "and serve.")
     _add_model_args(t)
-    t.add_argument("--draft-model", help="also try this draft model (same tokenizer)")
+    t.add_argument("--draft-model", help="also try this draft model")
     t.add_argument("--per-group", type=int, default=1,
                    help="prompts per Spec-Bench task group (default 1)")
     t.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
@@ -240,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="eagle: a one-layer feature-level head (EAGLE-2 tree drafting); "
                         "medusa: independent heads, one per draft position")
     r.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"alias, .gguf file or model directory of a Llama-family model "
+                   help=f"alias, .gguf file or model directory of a natively computed model "
                         f"(default: {DEFAULT_MODEL})")
     r.add_argument("--prompts", required=True,
                    help="JSONL file of prompts with fields id, prompt and source (for example "

@@ -81,7 +81,7 @@ class Drafter(ABC):
         missing = [c.__name__ for c in cls.requires if not isinstance(model.target, c)]
         if missing:
             return (f"{cls.name} needs a target with {' and '.join(missing)} (the native backend,"
-                    " a Llama-family model)")
+                    " a family it computes)")
         if cls.proposes_trees and not getattr(model.target, "scores_trees", False):
             return (f"{cls.name} proposes token trees, which this target cannot score (the "
                     "transformers backend verifies chains only): use the native backend or a "

@@ -20,11 +20,12 @@ Operations (the `Kernels` interface):
   (`qlinear.c`);
 - `attention`: rotary embedding, KV-cache write and softmax attention of one layer, causal or
   under a tree mask;
-- `rms_norm`, `silu_mul`: the element-wise parts of a layer;
+- `rms_norm`, `head_norm` (each q and k head by its own norm), `silu_mul`, `gelu_mul` (SwiGLU,
+  GeGLU): the element-wise parts of a layer;
 - `decoder_layers` (C paths): a model's decoder layers in one call (`csrc/layers.c`), the same
-  operations in the same order as `models/llama.py`'s loop over them, so the same bits; a step
+  operations in the same order as `models/decoder.py`'s loop over them, so the same bits; a step
   then crosses from Python into the kernels once instead of ~8 times a layer (`stack` describes
-  the model's weights for it once, at load).
+  the model's weights for it once, at load, as `layer.DecoderLayer`s).
 
 The contract every path keeps: a row's result is bitwise the same whatever other rows share the
 call (for calls of up to `ROW_INVARIANT_ROWS` rows: every decoding and verification step), so a
@@ -48,6 +49,7 @@ import torch
 
 from ..errors import SpecDecodeError
 from . import build
+from .layer import DecoderLayer, StackShape
 from .native import CKernels
 from .torch_path import ROW_INVARIANT_ROWS, CacheRows, TorchKernels
 
@@ -55,8 +57,8 @@ PATHS = (*build.C_PATHS, "torch")
 ISA_VARIABLE = "SPECDECODE_ISA"
 _log = logging.getLogger("specdecode")
 
-__all__ = ["PATHS", "ROW_INVARIANT_ROWS", "CacheRows", "Kernels", "KernelUnavailable", "active", "describe",
-           "load", "runnable"]
+__all__ = ["PATHS", "ROW_INVARIANT_ROWS", "CacheRows", "DecoderLayer", "Kernels",
+           "KernelUnavailable", "StackShape", "active", "describe", "load", "runnable"]
 
 
 class KernelUnavailable(SpecDecodeError):
@@ -83,19 +85,17 @@ class Kernels(Protocol):
         """x: [T, I] fp32 -> x @ w.T: [T, O] fp32."""
         ...
 
-    def stack(self, sizes: tuple[int, int, int, int, int], layers: Sequence[tuple]) -> object | None:
-        """A model's decoder layers (sizes: hidden, heads, KV heads, head size, MLP inner size;
-        per layer: input norm weight or None, post-attention norm weight, qkv, out, gate_up and
-        down `Linear`s) as `decoder_layers` runs them in one call; None where this path runs a
-        layer one operation at a time (`models/llama.py` then does)."""
+    def stack(self, shape: StackShape, layers: Sequence[DecoderLayer]) -> object | None:
+        """A model's decoder layers as `decoder_layers` runs them in one call; None where this
+        path runs a layer one operation at a time (`models/decoder.py` then does)."""
         ...
 
     def decoder_layers(self, stack: object, x: torch.Tensor, caches: object,
-                       layers: Sequence[int], cos: torch.Tensor, sin: torch.Tensor,
+                       layers: Sequence[int], tables: Sequence[tuple[torch.Tensor, torch.Tensor]],
                        positions: torch.Tensor, eps: float) -> torch.Tensor:
         """Where `stack` gave one: x [T, hidden] through `layers` of it (every sequence of the
         step with at most ROW_INVARIANT_ROWS rows), bitwise what the layers give one operation
-        at a time."""
+        at a time; tables: (cos, sin) for each `DecoderLayer.rope` index."""
         ...
 
     def attention_inputs(self, caches: Sequence[CacheRows]) -> object:
@@ -105,12 +105,14 @@ class Kernels(Protocol):
         ...
 
     def attention(self, qkv: torch.Tensor, caches: object, layer: int, cos: torch.Tensor,
-                  sin: torch.Tensor, positions: torch.Tensor, num_heads: int) -> torch.Tensor:
+                  sin: torch.Tensor, positions: torch.Tensor, num_heads: int, window: int,
+                  scale: float) -> torch.Tensor:
         """One layer's attention for the new rows of one or more sequences, each against its
         own cache (`attention_inputs`), the new rows' k and v written at start..start+rows-1.
 
         qkv: [T, (H + 2 G) d] fp32, the sequences' rows one after the other, q and k rotated in
-        place; cos, sin: [>= max position + 1, d]; positions: [T] int64 -> softmax(q kᵀ / √d) v:
+        place; cos, sin: [>= max position + 1, d]; positions: [T] int64; window: a row sees only
+        keys less than `window` positions behind it (0: every key) -> softmax(q kᵀ · scale) v:
         [T, H d]."""
         ...
 
@@ -118,8 +120,18 @@ class Kernels(Protocol):
         """x: [T, H], weight: [H] fp32 -> x / sqrt(mean(x²) + eps) · weight per row."""
         ...
 
+    def head_norm(self, qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                  num_heads: int, num_kv_heads: int, eps: float) -> torch.Tensor:
+        """qkv: [T, (H + 2 G) d] -> the same with each q head normed by q_weight [d] and each k
+        head by k_weight [d] as `rms_norm` norms a row, the v heads unchanged."""
+        ...
+
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up: [T, 2 I] = [gate; up] per row -> silu(gate) · up: [T, I]."""
+        ...
+
+    def gelu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up: [T, 2 I] = [gate; up] per row -> gelu(gate) · up (tanh form): [T, I]."""
         ...
 
     def instruction_peak(self, seconds: float = 0.2) -> float | None:

@@ -11,13 +11,14 @@ import torch
 
 from ..errors import KernelError
 from ..quant import BLOCK, FORMATS, QuantTensor, decode
+from .layer import ACTIVATIONS, DecoderLayer, StackShape
 from .torch_path import ROW_INVARIANT_ROWS, CacheRows, each_sequence, long_attention
 
 _LINEAR = {torch.float32: "linear_f32", torch.bfloat16: "linear_bf16",
            torch.float16: "linear_f16"}
 _KV = {torch.float32: 0, torch.float16: 1}  # a KV cache's dtype -> the kernel's kv_f16
 # kernels.h: the decoder stack's description for `decoder_layers`
-STACK_HEADER, MAX_PARTS = 6, 3
+STACK_HEADER, MAX_PARTS = 8, 3
 MATRIX_RECORD = 4 + 3 * MAX_PARTS
 _KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # a part's kind; 16 + f: blocks
 _BLOCKS = 16
@@ -71,8 +72,8 @@ class Stack:
 
     numbers: torch.Tensor  # int64: STACK_HEADER, then a record per layer
     held: list
-    hidden: int
-    num_heads: int
+    shape: StackShape
+    tables: int  # how many rotary tables its layers name
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,14 +202,17 @@ class CKernels:
             best = max(best, macs / (time.perf_counter() - started))
         return best
 
-    def stack(self, sizes: tuple[int, int, int, int, int], layers: Sequence[tuple]) -> Stack | None:
-        """The decoder layers for `decoder_layers`: sizes (hidden, heads, KV heads, head size,
-        the MLP's inner size; the header adds the layer count); per layer (input norm weight or None, post-attention norm weight,
-        and its qkv, out, gate_up and down `Linear`s). None where the library has no
-        `decoder_layers` (the emulated neon driver of the tests)."""
-        if getattr(self._library, "decoder_layers", None) is None:
+    def stack(self, shape: StackShape, layers: Sequence[DecoderLayer]) -> Stack | None:
+        """The decoder layers for `decoder_layers` (their weights' addresses, kernels.h). None
+        where the library has no `decoder_layers` (the emulated neon driver of the tests) and
+        for a mixture of experts (its routing runs in Python, each expert on these kernels)."""
+        if getattr(self._library, "decoder_layers", None) is None or \
+                any(layer.experts for layer in layers):
             return None
-        numbers, held = [*sizes, len(layers)], []
+        scale_bits = int(np.array(shape.scale, dtype=np.float32).view(np.uint32))
+        numbers = [shape.hidden, shape.heads, shape.kv_heads, shape.head_dim, shape.inner,
+                   len(layers), ACTIVATIONS.index(shape.activation), scale_bits]
+        held: list = []
 
         def address(t: torch.Tensor | None) -> int:
             if t is None:
@@ -216,9 +220,9 @@ class CKernels:
             held.append(t.contiguous())
             return held[-1].data_ptr()
 
-        for input_norm, post_norm, *linears in layers:
-            numbers += [address(input_norm), address(post_norm)]
-            for linear in linears:
+        for layer in layers:
+            numbers += [*map(address, layer.norms()), layer.window, layer.rope]
+            for linear in layer.matrices():
                 parts = linear.packed_parts()
                 _require(len(parts) <= MAX_PARTS, "decoder_layers",
                          f"a matrix of {len(parts)} parts (at most {MAX_PARTS})")
@@ -230,26 +234,34 @@ class CKernels:
                     else:
                         numbers += [_KIND[packed.dtype], rows, address(packed)]
                 numbers += [0, 0, 0] * (MAX_PARTS - len(parts))
-        return Stack(torch.tensor(numbers, dtype=torch.int64), held, sizes[0], sizes[1])
+        tables = 1 + max((layer.rope for layer in layers), default=0)
+        return Stack(torch.tensor(numbers, dtype=torch.int64), held, shape, tables)
 
     def decoder_layers(self, stack: Stack, x: torch.Tensor, caches: "_Caches",
-                       layers: Sequence[int], cos: torch.Tensor, sin: torch.Tensor,
+                       layers: Sequence[int], tables: Sequence[tuple[torch.Tensor, torch.Tensor]],
                        positions: torch.Tensor, eps: float) -> torch.Tensor:
         """x: [T, hidden] fp32 through the stack's `layers` in one call (each sequence of the
         step with at most ROW_INVARIANT_ROWS rows) -> [T, hidden], a new tensor; the caches'
-        new rows are written as `attention` writes them."""
+        new rows are written as `attention` writes them. tables: (cos, sin) per rotary table the
+        layers name."""
         rows = caches.caches
         _require(all(c.rows <= ROW_INVARIANT_ROWS for c in rows), "decoder_layers",
                  f"a sequence brings more than {ROW_INVARIANT_ROWS} rows")
-        _require(tuple(x.shape) == (sum(c.rows for c in rows), stack.hidden), "decoder_layers",
-                 f"x {tuple(x.shape)} does not match the rows and hidden size {stack.hidden}")
-        _check_rope("decoder_layers", cos, sin, positions, x.shape[0], rows[0].keys.shape[3])
+        _require(tuple(x.shape) == (sum(c.rows for c in rows), stack.shape.hidden),
+                 "decoder_layers", f"x {tuple(x.shape)} does not match the rows and hidden size "
+                 f"{stack.shape.hidden}")
+        _require(len(tables) >= stack.tables, "decoder_layers",
+                 f"{len(tables)} rotary tables for layers naming {stack.tables}")
+        for cos, sin in tables:
+            _check_rope("decoder_layers", cos, sin, positions, x.shape[0], rows[0].keys.shape[3])
         x = x.contiguous().clone()
         order = torch.tensor(list(layers), dtype=torch.int64)
+        cos, sin = (torch.tensor([t[i].data_ptr() for t in tables], dtype=torch.int64)
+                    for i in (0, 1))
         status = self._library.decoder_layers(
             x.data_ptr(), x.shape[0], stack.numbers.data_ptr(), order.data_ptr(), len(order),
-            *caches.pointers, len(rows), cos.data_ptr(), sin.data_ptr(), positions.data_ptr(),
-            eps, _KV[rows[0].keys.dtype], torch.get_num_threads())
+            *caches.pointers, len(rows), cos.data_ptr(), sin.data_ptr(), len(tables),
+            positions.data_ptr(), eps, _KV[rows[0].keys.dtype], torch.get_num_threads())
         _check(status, "decoder_layers")
         return x
 
@@ -270,7 +282,8 @@ class CKernels:
         return _Caches(caches, masks, arrays, [row.data_ptr() for row in arrays])
 
     def attention(self, qkv: torch.Tensor, caches: "_Caches", layer: int, cos: torch.Tensor,
-                  sin: torch.Tensor, positions: torch.Tensor, num_heads: int) -> torch.Tensor:
+                  sin: torch.Tensor, positions: torch.Tensor, num_heads: int, window: int,
+                  scale: float) -> torch.Tensor:
         """One layer's attention for the new rows of one or more sequences (see
         `Kernels.attention`): one call for all of them, or, when a sequence brings more than
         ROW_INVARIANT_ROWS rows (a long prefill), torch's batched attention for its rows."""
@@ -278,9 +291,10 @@ class CKernels:
         if any(c.rows > ROW_INVARIANT_ROWS for c in rows):
             return each_sequence(
                 lambda x, c, pos: self.attention(x, self.attention_inputs([c]), layer, cos, sin,
-                                                 pos, num_heads) if c.rows <= ROW_INVARIANT_ROWS
+                                                 pos, num_heads, window, scale)
+                if c.rows <= ROW_INVARIANT_ROWS
                 else long_attention(x, c.keys[layer], c.values[layer], cos, sin, pos, c.mask,
-                                    c.start, num_heads), qkv, rows, positions)
+                                    c.start, num_heads, window, scale), qkv, rows, positions)
         G, d = rows[0].keys.shape[1], rows[0].keys.shape[3]
         T = qkv.shape[0]
         _require(qkv.is_contiguous() and qkv.shape[1] == (num_heads + 2 * G) * d, "attention",
@@ -291,8 +305,8 @@ class CKernels:
         out = torch.empty(T, num_heads * d, dtype=torch.float32)
         status = self._library.attention(
             qkv.data_ptr(), *caches.pointers, len(rows), layer, cos.data_ptr(), sin.data_ptr(),
-            positions.data_ptr(), out.data_ptr(), num_heads, G, d, _KV[rows[0].keys.dtype],
-            torch.get_num_threads())
+            positions.data_ptr(), out.data_ptr(), num_heads, G, d, window, scale,
+            _KV[rows[0].keys.dtype], torch.get_num_threads())
         _check(status, "attention")
         return out
 
@@ -305,11 +319,33 @@ class CKernels:
         _check(status, "rms_norm")
         return out
 
+    def head_norm(self, qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                  num_heads: int, num_kv_heads: int, eps: float) -> torch.Tensor:
+        """qkv: [T, (H + 2 G) d] -> a copy with each q head normed by q_weight [d] and each k
+        head by k_weight [d], as `rms_norm` norms a row; the v heads as they were."""
+        d = q_weight.shape[0]
+        _require(qkv.dim() == 2 and qkv.shape[1] == (num_heads + 2 * num_kv_heads) * d
+                 and tuple(k_weight.shape) == (d,), "head_norm",
+                 f"qkv {tuple(qkv.shape)} for {num_heads} + 2 x {num_kv_heads} heads of {d}")
+        out = qkv.contiguous().clone()
+        q_weight, k_weight = q_weight.contiguous(), k_weight.contiguous()
+        status = self._library.head_norm(out.data_ptr(), q_weight.data_ptr(), k_weight.data_ptr(),
+                                         out.shape[0], num_heads, num_kv_heads, d, eps)
+        _check(status, "head_norm")
+        return out
+
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """gate_up: [T, 2 I] = [gate; up] per row -> silu(gate) · up, [T, I]."""
+        return self._gated(gate_up, "silu_mul")
+
+    def gelu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up: [T, 2 I] = [gate; up] per row -> gelu(gate) · up (tanh form), [T, I]."""
+        return self._gated(gate_up, "gelu_mul")
+
+    def _gated(self, gate_up: torch.Tensor, kernel: str) -> torch.Tensor:
         gate_up = gate_up.contiguous()
         T, width = gate_up.shape
         out = torch.empty(T, width // 2, dtype=torch.float32)
-        status = self._library.silu_mul(gate_up.data_ptr(), out.data_ptr(), T, width // 2)
-        _check(status, "silu_mul")
+        status = getattr(self._library, kernel)(gate_up.data_ptr(), out.data_ptr(), T, width // 2)
+        _check(status, kernel)
         return out

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ..quant import QuantTensor
 from ..rope import rotate
+from .layer import DecoderLayer, StackShape
 
 # Calls of up to this many rows are row-invariant on every path: decoding and verification steps.
 # Longer ones are prompt prefills, which every method computes in the same call, and take
@@ -48,21 +49,37 @@ def each_sequence(attend, qkv: torch.Tensor, caches: Sequence[CacheRows],
     return out[0] if len(out) == 1 else torch.cat(out)
 
 
+def in_window(mask: torch.Tensor | None, start: int, positions: torch.Tensor,
+              window: int) -> torch.Tensor | None:
+    """A step's mask [T, start + T] (None: causal) narrowed to keys less than `window`
+    positions behind each row (a cached key's position is its index, a new row's its entry in
+    positions); None stays None without a window."""
+    if not window:
+        return mask
+    T = positions.shape[0]
+    if mask is None:
+        mask = torch.arange(start + T)[None, :] <= torch.arange(start, start + T)[:, None]
+    key_positions = torch.cat([torch.arange(start), positions])
+    return mask & (key_positions[None, :] > positions[:, None] - window)
+
+
 def long_attention(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, cos: torch.Tensor,
                    sin: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-                   start: int, num_heads: int) -> torch.Tensor:
+                   start: int, num_heads: int, window: int, scale: float) -> torch.Tensor:
     """`Kernels.attention` for calls of any length with torch's batched operations."""
     T, G, d = qkv.shape[0], keys.shape[0], keys.shape[2]
     end = start + T
     heads = qkv.view(T, -1, d).transpose(0, 1)  # [H + 2 G, T, d]
     qk = rotate(heads[: num_heads + G], cos[positions], sin[positions])  # q and k in one rotation
     keys[:, start:end], values[:, start:end] = qk[num_heads:], heads[num_heads + G:]
+    mask = in_window(mask, start, positions, window)
     if mask is None and T > 1 and start > 0:  # new row i sees the cached prefix and rows 0..i
         mask = torch.arange(end)[None, :] <= torch.arange(start, end)[:, None]  # [T, end]
     # 4-D inputs with enable_gqa take torch's CPU flash kernel (3-D inputs take the math path)
     o = F.scaled_dot_product_attention(qk[None, :num_heads], keys[None, :, :end].float(),
                                        values[None, :, :end].float(), attn_mask=mask,
-                                       is_causal=mask is None and T > 1, enable_gqa=True)[0]
+                                       is_causal=mask is None and T > 1, scale=scale,
+                                       enable_gqa=True)[0]
     return o.transpose(0, 1).reshape(T, num_heads * d)
 
 
@@ -91,7 +108,7 @@ class TorchKernels:
         return torch.stack([(w @ torch.stack([row, row]).T)[:, 0] for row in x]) if len(x) \
             else x.new_empty(0, out_features)
 
-    def stack(self, sizes: tuple[int, ...], layers: Sequence[tuple]) -> None:
+    def stack(self, shape: StackShape, layers: Sequence[DecoderLayer]) -> None:
         return None  # the layers run one operation at a time
 
     def instruction_peak(self, seconds: float = 0.2) -> None:
@@ -102,16 +119,19 @@ class TorchKernels:
 
     def attention(self, qkv: torch.Tensor, caches: Sequence[CacheRows], layer: int,
                   cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor,
-                  num_heads: int) -> torch.Tensor:
-        return each_sequence(lambda rows, c, pos: self._attention(rows, c, layer, cos, sin, pos,
-                                                                  num_heads), qkv, caches, positions)
+                  num_heads: int, window: int, scale: float) -> torch.Tensor:
+        return each_sequence(lambda rows, c, pos: self._attention(
+            rows, c, layer, cos, sin, pos, num_heads, window, scale), qkv, caches, positions)
 
     def _attention(self, qkv: torch.Tensor, c: CacheRows, layer: int, cos: torch.Tensor,
-                   sin: torch.Tensor, positions: torch.Tensor, num_heads: int) -> torch.Tensor:
-        keys, values, mask, start = c.keys[layer], c.values[layer], c.mask, c.start
+                   sin: torch.Tensor, positions: torch.Tensor, num_heads: int, window: int,
+                   scale: float) -> torch.Tensor:
+        keys, values, start = c.keys[layer], c.values[layer], c.start
         T, G, d = qkv.shape[0], keys.shape[0], keys.shape[2]
         if T > ROW_INVARIANT_ROWS:
-            return long_attention(qkv, keys, values, cos, sin, positions, mask, start, num_heads)
+            return long_attention(qkv, keys, values, cos, sin, positions, c.mask, start,
+                                  num_heads, window, scale)
+        mask = in_window(c.mask, start, positions, window)
         end = start + T
         heads = qkv.view(T, -1, d).transpose(0, 1)  # [H + 2 G, T, d]
         # element-wise operations round each element alone: batching them changes nothing
@@ -125,7 +145,7 @@ class TorchKernels:
             seen = (torch.arange(start + t + 1) if mask is None else mask[t].nonzero()[:, 0])
             k, v = keys[:, seen].float(), values[:, seen].float()  # [G, n, d], widened exactly
             # (a fresh copy of the query: no product's input depends on the row's offset)
-            p = torch.softmax((q[t].clone() @ k.transpose(1, 2)) * d ** -0.5, dim=-1)  # [G, H/G, n]
+            p = torch.softmax((q[t].clone() @ k.transpose(1, 2)) * scale, dim=-1)  # [G, H/G, n]
             out.append((p @ v).reshape(num_heads * d))
         return torch.stack(out)
 
@@ -135,12 +155,33 @@ class TorchKernels:
 
         return norm(x) if x.shape[0] > ROW_INVARIANT_ROWS else _by_row(norm, x)
 
-    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
-        def swiglu(rows: torch.Tensor) -> torch.Tensor:
-            gate, up = rows.chunk(2, dim=-1)
-            return F.silu(gate) * up
+    def head_norm(self, qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                  num_heads: int, num_kv_heads: int, eps: float) -> torch.Tensor:
+        d, kv_end = q_weight.shape[0], num_heads + num_kv_heads
 
-        return swiglu(gate_up) if gate_up.shape[0] > ROW_INVARIANT_ROWS else _by_row(swiglu, gate_up)
+        def norm(rows: torch.Tensor) -> torch.Tensor:
+            heads = rows.view(rows.shape[0], -1, d)
+            weight = torch.cat([q_weight.expand(num_heads, d), k_weight.expand(num_kv_heads, d)])
+            qk = heads[:, :kv_end]
+            qk = qk * torch.rsqrt(qk.pow(2).mean(-1, keepdim=True) + eps) * weight
+            return torch.cat([qk, heads[:, kv_end:]], dim=1).reshape(rows.shape)
+
+        return norm(qkv) if qkv.shape[0] > ROW_INVARIANT_ROWS else _by_row(norm, qkv)
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return _gated(F.silu, gate_up)
+
+    def gelu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return _gated(lambda gate: F.gelu(gate, approximate="tanh"), gate_up)
+
+
+def _gated(activation, gate_up: torch.Tensor) -> torch.Tensor:
+    """activation(gate) · up for gate_up [T, 2 I] = [gate; up] per row."""
+    def gated(rows: torch.Tensor) -> torch.Tensor:
+        gate, up = rows.chunk(2, dim=-1)
+        return activation(gate) * up
+
+    return gated(gate_up) if gate_up.shape[0] > ROW_INVARIANT_ROWS else _by_row(gated, gate_up)
 
 
 def _by_row(fn, x: torch.Tensor) -> torch.Tensor:

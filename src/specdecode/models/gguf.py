@@ -4,10 +4,13 @@ Matrices in block formats stay in them (`quant.QuantTensor`, memory-mapped); F32
 tensors become torch tensors. The config and tokenizer come from a small directory that
 transformers writes once per file (`metadata_dir`, no weights in it).
 
-llama.cpp's converter reorders the rows of the q and k projections of the Llama family (rotary
-halves interleaved, for its "normal" rope on adjacent pairs); they are put back in transformers'
-order here, row by row, which a block format allows: a block never spans two rows. Families whose
-rope llama.cpp computes on halves ("neox": Qwen2 among them) are stored as transformers has them.
+Names and rules come from the file's family (`families`). llama.cpp's converter reorders the
+rows of the q and k projections of the Llama family (rotary halves interleaved, for its "normal"
+rope on adjacent pairs); they are put back in transformers' order here, row by row, which a block
+format allows: a block never spans two rows. Families whose rope llama.cpp computes on halves
+("neox": Qwen2 among them) are stored as transformers has them. Where a family's norms multiply
+by (shift + w) the converter stores the sum; the shift comes off here, as transformers' own GGUF
+reader takes it off, so the weights mean what the transformers checkpoint's mean.
 
 Rope scaling that the converter writes outside the config transformers reads from the file (the
 Llama-3.1 `rope_freqs` tensor; a linear factor in the metadata) comes back as one tensor of
@@ -23,29 +26,21 @@ import numpy as np
 import torch
 
 from ..quant import QuantTensor
+from .families import GLOBAL, Family, by_architecture
 
-# GGUF tensor names -> transformers names (a layer's part after "blk.N.")
-GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-          "output.weight": "lm_head.weight"}
-LAYER = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-         "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-         "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm",
-         "ffn_norm": "post_attention_layernorm"}
-# general.architecture values whose q/k rows llama.cpp's converter permutes (its LlamaModel,
-# which writes Llama, Mistral, Mixtral and their fine-tunes all as "llama")
-PERMUTED_QK = frozenset({"llama"})
 ROPE_FACTORS = "rope_factors"  # [head_dim / 2] float32: divides each rotary frequency
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 
 
-def transformers_name(name: str) -> str | None:
-    """'blk.3.attn_q.weight' -> 'model.layers.3.self_attn.q_proj.weight' (None: not a Llama
-    tensor this backend reads)."""
+def transformers_name(name: str, family: Family) -> str | None:
+    """'blk.3.attn_q.weight' -> 'model.layers.3.self_attn.q_proj.weight' (None: not a tensor
+    this backend reads of the family)."""
     if name in GLOBAL:
         return GLOBAL[name]
     match = _LAYER_NAME.match(name)
-    if match and match.group(2) in LAYER:
-        return f"model.layers.{match.group(1)}.{LAYER[match.group(2)]}.{match.group(3)}"
+    layer = family.gguf_layer_names()
+    if match and match.group(2) in layer:
+        return f"model.layers.{match.group(1)}.{layer[match.group(2)]}.{match.group(3)}"
     return None
 
 
@@ -93,10 +88,14 @@ def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantTensor]:
 
     reader = GGUFReader(str(path))
     architecture = _field(reader, "general.architecture")
+    family = by_architecture(architecture)
+    if family is None:
+        raise ValueError(f"the native backend does not compute {architecture!r} models")
     plain = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.BF16: torch.bfloat16}
     found: dict[str, torch.Tensor | QuantTensor] = {}
     for tensor in reader.tensors:
-        name = ROPE_FACTORS if tensor.name == "rope_freqs.weight" else transformers_name(tensor.name)
+        name = ROPE_FACTORS if tensor.name == "rope_freqs.weight" \
+            else transformers_name(tensor.name, family)
         if name is None:
             continue
         shape = tuple(int(n) for n in reversed(tensor.shape))  # GGUF lists the fastest dim first
@@ -104,13 +103,14 @@ def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantTensor]:
             raw = np.asarray(tensor.data)
             value = torch.from_numpy(raw.view(np.int16) if raw.dtype == np.uint16 else raw.copy())
             value = value.view(plain[tensor.tensor_type]).reshape(shape).clone()
-        else:
-            data = np.asarray(tensor.data)
-            if tensor.tensor_type == GGMLQuantizationType.F16:
-                data = data.view(np.uint8).reshape(shape[0], -1)
-            value = QuantTensor(tensor.tensor_type.name, data, shape[-1])
-        if architecture in PERMUTED_QK and (".self_attn.q_proj." in name
-                                            or ".self_attn.k_proj." in name):
+        else:  # rows of bytes: an expert tensor's [E, out, in] as E out rows one after another
+            data = np.asarray(tensor.data).view(np.uint8)
+            value = QuantTensor(tensor.tensor_type.name,
+                                data.reshape(int(np.prod(shape[:-1])), -1), shape[-1])
+        if family.norm_shift and name.endswith("norm.weight"):
+            value = (value.dequantize() if isinstance(value, QuantTensor) else value) \
+                - family.norm_shift
+        if family.permuted_qk and (".self_attn.q_proj." in name or ".self_attn.k_proj." in name):
             heads = (config.num_attention_heads if ".q_proj." in name
                      else config.num_key_value_heads)
             order = unpermute_rows(shape[0], heads)

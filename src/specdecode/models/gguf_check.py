@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelLoadError
+from .families import NORM_ROLES, by_architecture
 
 MAGIC, VERSIONS = b"GGUF", (2, 3)
 MAX_DIMS, MAX_ELEMENTS = 4, 1 << 40  # llama.cpp's GGML_MAX_DIMS; far beyond any real tensor
@@ -26,9 +27,6 @@ MAX_NESTING = 2  # an array of arrays (llama.cpp writes none deeper)
 # value type -> struct format of a scalar (8: string, 9: array are read by hand)
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
             11: "<q", 12: "<d"}
-# the families whose tensors the native path computes: what each layer must hold
-LAYER_MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
-CHECKED_FAMILIES = frozenset({"llama", "qwen2"})
 _PLAIN_TYPES = {0: np.float32, 1: np.float16}  # checked for NaN and inf (BF16: 30, by bits)
 
 
@@ -186,7 +184,8 @@ def _family_shapes(fields: dict) -> tuple[dict, dict] | None:
     """The tensors a file of a natively computed family must hold and those it may hold, by
     name, with their GGUF shapes from its own metadata; None for other families."""
     arch = fields.get("general.architecture")
-    if arch not in CHECKED_FAMILIES:
+    family = by_architecture(arch) if isinstance(arch, str) else None
+    if family is None:
         return None
     tokens = fields.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, list) or not tokens:
@@ -201,9 +200,20 @@ def _family_shapes(fields: dict) -> tuple[dict, dict] | None:
     head_dim = _count(fields, f"{arch}.attention.key_length", hidden // heads or None)
     q, kv, vocab = heads * head_dim, kv_heads * head_dim, len(tokens)
     shapes = {"token_embd.weight": (hidden, vocab), "output_norm.weight": (hidden,)}
-    per_layer = {"attn_norm": (hidden,), "ffn_norm": (hidden,), "attn_q": (hidden, q),
-                 "attn_k": (hidden, kv), "attn_v": (hidden, kv), "attn_output": (q, hidden),
-                 "ffn_gate": (hidden, inner), "ffn_up": (hidden, inner), "ffn_down": (inner, hidden)}
+    per_layer = {"attn_q": (hidden, q), "attn_k": (hidden, kv), "attn_v": (hidden, kv),
+                 "attn_output": (q, hidden), "ffn_gate": (hidden, inner),
+                 "ffn_up": (hidden, inner), "ffn_down": (inner, hidden)}
+    per_layer.update({NORM_ROLES[role]: (head_dim,) if role in ("q_norm", "k_norm") else (hidden,)
+                      for role in family.norms})
+    if family.experts:  # llama.cpp's mixtures: every layer's MLP is experts
+        experts = _count(fields, f"{arch}.expert_count", limit=4096)
+        width = _count(fields, f"{arch}.expert_feed_forward_length", inner)
+        for part in ("ffn_gate", "ffn_up", "ffn_down"):
+            del per_layer[part]
+        per_layer.update({"ffn_gate_inp": (hidden, experts),
+                          "ffn_gate_exps": (hidden, width, experts),
+                          "ffn_up_exps": (hidden, width, experts),
+                          "ffn_down_exps": (width, hidden, experts)})
     for i in range(layers):
         shapes.update({f"blk.{i}.{part}.weight": shape for part, shape in per_layer.items()})
     optional = {"output.weight": (hidden, vocab), "rope_freqs.weight": (head_dim // 2,)}

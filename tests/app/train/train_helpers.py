@@ -5,15 +5,15 @@ from __future__ import annotations
 import torch
 
 from specdecode.app.train.objectives import TrainSequence
-from specdecode.models.llama import NativeLlama
+from specdecode.models.decoder import NativeDecoder
 from specdecode.core.target import forward
 
 
-def tiny_target(make_tiny_llama, seed: int = 0) -> NativeLlama:
-    return NativeLlama.from_hf(make_tiny_llama(seed, vocab=64))
+def tiny_target(make_tiny_llama, seed: int = 0) -> NativeDecoder:
+    return NativeDecoder.from_hf(make_tiny_llama(seed, vocab=64))
 
 
-def greedy_answer(target: NativeLlama, prompt: list[int], length: int) -> list[int]:
+def greedy_answer(target: NativeDecoder, prompt: list[int], length: int) -> list[int]:
     cache = target.new_cache()
     logits = forward(target, cache, torch.tensor(prompt))
     answer = []
@@ -23,7 +23,7 @@ def greedy_answer(target: NativeLlama, prompt: list[int], length: int) -> list[i
     return answer
 
 
-def tiny_sequences(target: NativeLlama, count: int, seed: int = 0) -> list[TrainSequence]:
+def tiny_sequences(target: NativeDecoder, count: int, seed: int = 0) -> list[TrainSequence]:
     """`count` sequences: a random prompt of 4-8 tokens + the target's 12-token greedy answer,
     with the target's teacher-forced features."""
     g = torch.Generator().manual_seed(seed)

@@ -4,7 +4,8 @@
  *
  * q and k are rotated in place (the halves layout of HF Llama: x cos + rotate_half(x) sin with the
  * cos/sin rows of each row's position) and k, v appended to the cache; then each row and head takes
- * softmax(q kᵀ / sqrt(d)) v over the keys it sees, in fp32.
+ * softmax(q kᵀ · scale) v over the keys it sees (scale 1 / sqrt(d) but for Gemma), in fp32, where
+ * a sliding window hides the keys `window` or more positions behind (Mistral, Gemma's local layers).
  *
  * The cache holds fp32 or fp16 numbers (kv_f16): an fp16 cache halves what a step reads of it,
  * which for several sequences' caches (each read once per step) outweighs their weights. k and v
@@ -120,14 +121,14 @@ ALWAYS_INLINE void weigh_values(const int F16, const int NR, const int WIDTH, co
             vstore(out + r * d + i + b * VL, vmul(acc[r][b], norm[r]));
 }
 
-/* softmax(q_r · keys[seen[j]] / sqrt(d) over j < n) · values -> out_r for NR consecutive heads of
- * one row that share a KV group (q_r = q + r d, out_r = out + r d): the keys and values are read
+/* softmax(q_r · keys[seen[j]] · score_scale over j < n) · values -> out_r for NR consecutive heads
+ * of one row that share a KV group (q_r = q + r d, out_r = out + r d): the keys and values are read
  * once for all of them, and each head computes what it computes alone. seen: n indices padded to
  * a multiple of VL (with valid ones); scores: NR x stride, stride >= n rounded up to VL. */
 ALWAYS_INLINE void attend(const int F16, const int NR, const float *q, const void *keys,
                           const void *values, const int64_t *seen, int64_t n, int64_t d,
-                          float *scores, int64_t stride, float *out) {
-    const vf scale = vset1(1.0f / sqrtf((float)d));
+                          float score_scale, float *scores, int64_t stride, float *out) {
+    const vf scale = vset1(score_scale);
     for (int64_t j = 0; j < n; j += VL) { /* a block of keys, in cache, for every head */
         for (int64_t k = j + AHEAD; k < j + AHEAD + VL && k < n; k++)
             kv_prefetch(F16, keys, seen[k] * d, d);
@@ -172,6 +173,7 @@ struct attention_job {
     const int64_t *before;              /* by unit: the work of the units before it (+ one: all) */
     float *out;
     int64_t U, longest, H, G, d;
+    float scale;
     int f16;
     atomic_int failed; /* set by any thread whose scratch could not be allocated */
 };
@@ -179,7 +181,8 @@ struct attention_job {
 /* heads [h, h + nr) of row t, nr <= ATTENTION_HEADS, as a constant */
 #define HEADS(NR) case NR: \
     if (NR <= ATTENTION_HEADS) \
-        attend(F16, NR, q, keys, values, seen, job->count[t], d, scores, stride, out); \
+        attend(F16, NR, q, keys, values, seen, job->count[t], d, job->scale, scores, stride, \
+               out);                                                                         \
     break;
 
 /* The first of thread i's unit-heads: threads take consecutive unit-heads of about equal work.
@@ -238,8 +241,8 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
               const int64_t *capacity, const int64_t *starts, const int64_t *rows,
               const uint8_t *const *masks, int64_t S, int64_t layer, const float *cos,
               const float *sin, const int64_t *positions, float *out, int64_t H, int64_t G,
-              int64_t d, int kv_f16, int threads) {
-    if (d % 16 || H % G || (kv_f16 != 0 && kv_f16 != 1)) return 1;
+              int64_t d, int64_t window, float scale, int kv_f16, int threads) {
+    if (d % 16 || H % G || window < 0 || (kv_f16 != 0 && kv_f16 != 1)) return 1;
     const size_t number = kv_f16 ? sizeof(uint16_t) : sizeof(float);
     int64_t T = 0, seen_total = 0, longest = 0;
     for (int64_t s = 0; s < S; s++) {
@@ -282,11 +285,17 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
                         ((float *)values)[at] = v;
                     }
                 }
-            /* the keys it sees: causal (positions 0..start + r), or its mask row */
+            /* the keys it sees: causal (positions 0..start + r), or its mask row; within a
+             * window, only those less than `window` positions behind its own (a cached key's
+             * position is its index, a new row's its entry in positions) */
             const uint8_t *mask = masks[s] ? masks[s] + r * end : NULL;
+            const int64_t *row_positions = positions + t - r;
             first[t] = n_seen;
-            for (int64_t j = 0; j < (mask ? end : start + r + 1); j++)
-                if (!mask || mask[j]) index[n_seen++] = j;
+            for (int64_t j = 0; j < (mask ? end : start + r + 1); j++) {
+                const int64_t at = j < start ? j : row_positions[j - start];
+                if ((!mask || mask[j]) && (!window || at > positions[t] - window))
+                    index[n_seen++] = j;
+            }
             count[t] = n_seen - first[t];
             while (count[t] && (n_seen - first[t]) % VL) index[n_seen++] = index[first[t]];
             row_keys[t] = keys;
@@ -305,7 +314,8 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
                 before[u + 1] = before[u] + count[row0 + r] * (H / G) * (r == 0 ? COLD : 1);
             }
     struct attention_job job = {qkv, row_keys, row_values, row_capacity, index, first, count,
-                                unit_row, unit_group, before, out, u, longest, H, G, d, kv_f16, 0};
+                                unit_row, unit_group, before, out, u, longest, H, G, d, scale,
+                                kv_f16, 0};
     run_parallel(threads, attention_task, &job);
     free(index), free(by_row);
     /* the threads have joined: their stores are seen */

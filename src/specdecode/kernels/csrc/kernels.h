@@ -48,37 +48,53 @@ int64_t kernel_peak(int64_t iterations, int threads);
  * caches_k[s], caches_v[s]: [layers, G, capacity[s], d], fp16 if kv_f16 is 1, else fp32, its new
  * k and v written (rounded to fp16 if so) in the layer's part at starts[s]..starts[s]+rows[s]-1;
  * masks[s]: [rows[s], starts[s] + rows[s]] bytes, 1 where a row may attend, or NULL for causal;
- * cos, sin: [>= max position + 1, d]; positions: [T]; out: [T, H d]. d must be a multiple of 16. */
+ * cos, sin: [>= max position + 1, d]; positions: [T]; window: a row sees only keys less than
+ * `window` positions behind its own (0: all); scale: the scores' factor (1 / sqrt(d) mostly);
+ * out: [T, H d]. d must be a multiple of 16. */
 int attention(float *qkv, void *const *caches_k, void *const *caches_v,
               const int64_t *capacity, const int64_t *starts, const int64_t *rows,
               const uint8_t *const *masks, int64_t S, int64_t layer, const float *cos,
               const float *sin, const int64_t *positions, float *out, int64_t H, int64_t G,
-              int64_t d, int kv_f16, int threads);
+              int64_t d, int64_t window, float scale, int kv_f16, int threads);
 
-/* The decoder layers `layers[0..n_layers-1]` (indices into `stack`) of a Llama-family model on
- * its residual stream x: [T, hidden], updated in place (layers.c); the caches and rows as for
- * `attention`, which each layer calls with its own index. Every sequence has at most 64 rows.
+/* The decoder layers `layers[0..n_layers-1]` (indices into `stack`) of a model on its residual
+ * stream x: [T, hidden], updated in place (layers.c); the caches and rows as for `attention`,
+ * which each layer calls with its own index. Every sequence has at most 64 rows. cos[i], sin[i]
+ * for i < tables: the rotary tables a layer may name.
  * stack: STACK_HEADER numbers (hidden, heads H, KV heads G, head size d, the MLP's inner size,
- * the number of layer records: a `layers` entry outside them is refused),
- * then LAYER_RECORD numbers per layer: the addresses of its input norm's weight (0: none) and its
- * post-attention norm's, then MATRIX_RECORD numbers for each of qkv, out, gate_up and down: in
- * features, parts (1..MAX_PARTS, stacked by rows), the address of an fp32 bias (0: none), out
+ * the number of layer records: a `layers` entry outside them is refused; the activation, 0 SwiGLU
+ * or 1 GeGLU (tanh form); attention's score scale as the bits of an fp32 number),
+ * then LAYER_RECORD numbers per layer: the addresses of the fp32 weights of its norms, 0 where it
+ * has none: before attention, on attention's output, before the MLP (required), on the MLP's
+ * output, on each q head and on each k head (both or neither); its attention window (0: none); the
+ * index of its rotary tables; then MATRIX_RECORD numbers for each of qkv, out, gate_up and down:
+ * in features, parts (1..MAX_PARTS, stacked by rows), the address of an fp32 bias (0: none), out
  * features, then per part its kind (0 fp32, 1 bf16, 2 fp16 panels, 16 + f: block format f, as
  * packed for `linear_quant`), its rows and its data's address. */
-#define STACK_HEADER 6
+#define STACK_HEADER 8
 #define MAX_PARTS 3
 #define MATRIX_RECORD (4 + 3 * MAX_PARTS)
-#define LAYER_RECORD (2 + 4 * MATRIX_RECORD)
+#define LAYER_RECORD (8 + 4 * MATRIX_RECORD)
 int decoder_layers(float *x, int64_t T, const int64_t *stack, const int64_t *layers,
                    int64_t n_layers, void *const *caches_k, void *const *caches_v,
                    const int64_t *capacity, const int64_t *starts, const int64_t *rows,
-                   const uint8_t *const *masks, int64_t S, const float *cos, const float *sin,
-                   const int64_t *positions, float eps, int kv_f16, int threads);
+                   const uint8_t *const *masks, int64_t S, const float *const *cos,
+                   const float *const *sin, int64_t tables, const int64_t *positions, float eps,
+                   int kv_f16, int threads);
 
 /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w; x, out: [T, H]; H a multiple of 16. */
 int rms_norm(const float *x, const float *w, float *out, int64_t T, int64_t H, float eps);
 
+/* Each of the H q heads and G k heads of qkv: [T, (H + 2 G) d] normed in place as rms_norm norms
+ * a row, by q_w: [d] and k_w: [d] (Qwen3's and Gemma's q/k norms, before the rotary embedding);
+ * d a multiple of 16. */
+int head_norm(float *qkv, const float *q_w, const float *k_w, int64_t T, int64_t H, int64_t G,
+              int64_t d, float eps);
+
 /* out[t] = silu(gate) * up where gate_up[t] = [gate; up]: [T, 2 I] -> [T, I]; I a multiple of 16. */
 int silu_mul(const float *gate_up, float *out, int64_t T, int64_t I);
+
+/* out[t] = gelu(gate) * up, gelu's tanh form (GeGLU); as silu_mul otherwise. */
+int gelu_mul(const float *gate_up, float *out, int64_t T, int64_t I);
 
 #endif

@@ -1,4 +1,4 @@
-"""`NativeLlama` reproduces the transformers model it was built from."""
+"""`NativeDecoder` reproduces the transformers model it was built from."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import transformers
 from target_helpers import OnCache
 
-from specdecode.models.llama import NativeLlama, supports
+from specdecode.models.decoder import NativeDecoder, supports
 from specdecode.core.target import FeatureTarget, LayerSkipTarget
 from specdecode.models.target import HFTarget
 
@@ -30,14 +30,14 @@ def tokens(n: int, seed: int = 0) -> torch.Tensor:
 def test_native_logits_match_transformers_in_one_forward(seed, layers, tiny_llama):
     model = tiny_llama(seed, vocab=V, layers=layers)
     ids = tokens(40, seed)
-    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward(ids),
+    torch.testing.assert_close(OnCache(NativeDecoder.from_hf(model)).forward(ids),
                                hf_logits(model, ids), atol=ATOL, rtol=0)
 
 
 def test_native_logits_match_transformers_when_fed_in_chunks(tiny_llama):
     model = tiny_llama(3, vocab=V, layers=2)
     ids = tokens(40, 3)
-    native = OnCache(NativeLlama.from_hf(model))
+    native = OnCache(NativeDecoder.from_hf(model))
     chunks = [native.forward(ids[a:b]) for a, b in [(0, 10), (10, 11), (11, 12), (12, 17),
                                                     (17, 18), (18, 40)]]
     torch.testing.assert_close(torch.cat(chunks), hf_logits(model, ids), atol=ATOL, rtol=0)
@@ -45,7 +45,7 @@ def test_native_logits_match_transformers_when_fed_in_chunks(tiny_llama):
 
 
 def test_native_attributes_describe_the_model(tiny_llama):
-    native = NativeLlama.from_hf(tiny_llama(0, vocab=V, layers=3, max_positions=128))
+    native = NativeDecoder.from_hf(tiny_llama(0, vocab=V, layers=3, max_positions=128))
     assert native.vocab_size == V
     assert native.max_length == 128
     assert native.num_layers == 3
@@ -62,7 +62,7 @@ def test_native_matches_transformers_with_tied_embeddings():
     model = transformers.LlamaForCausalLM(config).eval()
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     ids = tokens(20, 4)
-    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward(ids),
+    torch.testing.assert_close(OnCache(NativeDecoder.from_hf(model)).forward(ids),
                                hf_logits(model, ids), atol=ATOL, rtol=0)
 
 
@@ -75,7 +75,7 @@ def test_native_matches_transformers_with_explicit_head_dim():
     torch.manual_seed(5)
     model = transformers.LlamaForCausalLM(config).eval()
     ids = tokens(20, 5)
-    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward(ids),
+    torch.testing.assert_close(OnCache(NativeDecoder.from_hf(model)).forward(ids),
                                hf_logits(model, ids), atol=ATOL, rtol=0)
 
 
@@ -85,7 +85,7 @@ def test_native_matches_transformers_for_qwen2_with_attention_bias(tiny_llama):
     assert model.model.layers[0].self_attn.q_proj.bias.abs().sum() > 0
     assert supports(model.config)
     ids = tokens(30, 6)
-    native = OnCache(NativeLlama.from_hf(model))
+    native = OnCache(NativeDecoder.from_hf(model))
     torch.testing.assert_close(native.forward(ids[:20]), hf_logits(model, ids[:20]), atol=ATOL,
                                rtol=0)
     torch.testing.assert_close(native.forward(ids[20:]), hf_logits(model, ids)[20:], atol=ATOL,
@@ -101,7 +101,7 @@ def test_native_matches_transformers_for_mistral_without_sliding_window():
     model = transformers.MistralForCausalLM(config).eval()
     assert supports(config)
     ids = tokens(20, 8)
-    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward(ids),
+    torch.testing.assert_close(OnCache(NativeDecoder.from_hf(model)).forward(ids),
                                hf_logits(model, ids), atol=ATOL, rtol=0)
 
 
@@ -112,14 +112,14 @@ def test_native_matches_transformers_for_llama_with_attention_bias(tiny_llama):
     assert model.model.layers[0].self_attn.o_proj.bias is not None
     assert supports(model.config)
     ids = tokens(20, 9)
-    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward(ids),
+    torch.testing.assert_close(OnCache(NativeDecoder.from_hf(model)).forward(ids),
                                hf_logits(model, ids), atol=ATOL, rtol=0)
 
 
 def test_native_matches_transformers_past_initial_cache_capacity(tiny_llama):
     """The static cache starts at 1024 positions and grows (with the RoPE tables) beyond."""
     model = tiny_llama(10, vocab=V, layers=2, max_positions=2048)
-    native = OnCache(NativeLlama.from_hf(model))
+    native = OnCache(NativeDecoder.from_hf(model))
     assert native.cache.capacity == 1024
     ids = tokens(1100, 10)
     out = [native.forward(ids[a:b]) for a, b in [(0, 1000), (1000, 1030), (1030, 1031),
@@ -129,7 +129,7 @@ def test_native_matches_transformers_past_initial_cache_capacity(tiny_llama):
 
 
 def test_forward_raises_when_context_window_is_exceeded(tiny_llama):
-    native = OnCache(NativeLlama.from_hf(tiny_llama(0, vocab=V, max_positions=32)))
+    native = OnCache(NativeDecoder.from_hf(tiny_llama(0, vocab=V, max_positions=32)))
     native.forward(tokens(30))
     with pytest.raises(ValueError):
         native.forward(tokens(3))
@@ -149,8 +149,8 @@ def truncated(model, keep: int):
 def test_layer_subset_runs_fewer_layers_and_differs_from_full_forward(tiny_llama):
     model = tiny_llama(11, vocab=V, layers=4)
     ids = tokens(12, 11)
-    full = OnCache(NativeLlama.from_hf(model)).forward(ids)
-    subset = OnCache(NativeLlama.from_hf(model)).forward_layers(ids, [0, 1])
+    full = OnCache(NativeDecoder.from_hf(model)).forward(ids)
+    subset = OnCache(NativeDecoder.from_hf(model)).forward_layers(ids, [0, 1])
     assert (full - subset).abs().max() > 1e-2
     # running layers [0, 1] is exactly the model cut after its second layer
     torch.testing.assert_close(subset, hf_logits(truncated(model, 2), ids), atol=ATOL, rtol=0)
@@ -159,8 +159,8 @@ def test_layer_subset_runs_fewer_layers_and_differs_from_full_forward(tiny_llama
 def test_layer_subset_with_all_layers_equals_full_forward(tiny_llama):
     model = tiny_llama(11, vocab=V, layers=4)
     ids = tokens(12, 11)
-    torch.testing.assert_close(OnCache(NativeLlama.from_hf(model)).forward_layers(ids, [0, 1, 2, 3]),
-                               OnCache(NativeLlama.from_hf(model)).forward(ids), atol=1e-6, rtol=0)
+    torch.testing.assert_close(OnCache(NativeDecoder.from_hf(model)).forward_layers(ids, [0, 1, 2, 3]),
+                               OnCache(NativeDecoder.from_hf(model)).forward(ids), atol=1e-6, rtol=0)
 
 
 def test_layer_subset_draft_entries_are_overwritten_by_full_forward_after_rollback(tiny_llama):
@@ -168,7 +168,7 @@ def test_layer_subset_draft_entries_are_overwritten_by_full_forward_after_rollba
     a full forward over the same positions gives the same logits as if they were never written."""
     model = tiny_llama(12, vocab=V, layers=4)
     ids = tokens(20, 12)
-    native = OnCache(NativeLlama.from_hf(model))
+    native = OnCache(NativeDecoder.from_hf(model))
     native.forward(ids[:10])
     native.forward_layers(ids[10:15], [0, 2])
     native.rollback(10)
@@ -178,7 +178,7 @@ def test_layer_subset_draft_entries_are_overwritten_by_full_forward_after_rollba
 
 def test_only_the_native_target_offers_layer_skipping_and_features(tiny_llama):
     model = tiny_llama(0, vocab=V)
-    hf, native = HFTarget(model), NativeLlama.from_hf(model)
+    hf, native = HFTarget(model), NativeDecoder.from_hf(model)
     assert isinstance(native, LayerSkipTarget) and isinstance(native, FeatureTarget)
     assert not isinstance(hf, LayerSkipTarget) and not isinstance(hf, FeatureTarget)
 
@@ -192,7 +192,8 @@ def test_supports_rejects_architectures_it_cannot_reproduce():
     assert supports(transformers.LlamaConfig(**base))
     assert not supports(transformers.LlamaConfig(hidden_act="gelu", **base))
     assert not supports(transformers.LlamaConfig(mlp_bias=True, **base))
-    assert not supports(transformers.MistralConfig(sliding_window=16, **base))
+    assert supports(transformers.MistralConfig(sliding_window=16, **base))  # a banded mask
+    assert not supports(transformers.Gemma3TextConfig(final_logit_softcapping=30.0, **base))
     assert supports(transformers.Qwen2Config(use_sliding_window=False, **base))
     assert not supports(transformers.GPT2Config())
 
@@ -217,7 +218,7 @@ def branch_rows(tree: TokenTree, node: int) -> list[int]:
 def test_tree_forward_scores_every_node_as_if_its_branch_were_decoded_alone(tiny_llama):
     model = tiny_llama(4, vocab=V, layers=3)
     prefix, pending = tokens(9, 4), torch.tensor([7])
-    native = OnCache(NativeLlama.from_hf(model))
+    native = OnCache(NativeDecoder.from_hf(model))
     native.prefill(prefix)
     rows = torch.cat([pending, TREE.tokens])
     tree_logits = native.logits(native.hidden(rows, TREE))  # [7, V]
@@ -232,7 +233,7 @@ def test_tree_forward_scores_every_node_as_if_its_branch_were_decoded_alone(tiny
 def test_compacting_an_accepted_path_leaves_the_cache_of_that_branch_alone(path, tiny_llama):
     model = tiny_llama(5, vocab=V, layers=2)
     prefix, pending = tokens(9, 5), torch.tensor([7])
-    native = OnCache(NativeLlama.from_hf(model))
+    native = OnCache(NativeDecoder.from_hf(model))
     native.prefill(prefix)
     native.hidden(torch.cat([pending, TREE.tokens]), TREE)
     n = 10  # prefix + pending
@@ -253,7 +254,7 @@ def test_transformers_backend_refuses_trees_with_a_clear_error(tiny_llama):
 def test_bf16_weights_keep_activations_fp32_and_logits_close_to_fp32(tiny_llama):
     model = tiny_llama(5, vocab=V, layers=2)
     ids = tokens(24, 5)
-    native = OnCache(NativeLlama.from_hf(model, torch.bfloat16))
+    native = OnCache(NativeDecoder.from_hf(model, torch.bfloat16))
     assert native.target.layers[0].qkv.dtype == torch.bfloat16
     assert native.cache.keys.dtype == torch.float32
     native.prefill(ids[:20])
@@ -273,7 +274,7 @@ def test_a_tokens_logits_are_bitwise_the_same_alone_in_a_step_in_a_tree_and_in_a
     the same bits."""
     model = tiny_llama(6, vocab=V, layers=2)
     prefix, pending = tokens(9, 6), torch.tensor([7])
-    native = OnCache(NativeLlama.from_hf(model, kernels=kernel_path, kv_dtype=kv))
+    native = OnCache(NativeDecoder.from_hf(model, kernels=kernel_path, kv_dtype=kv))
     assert native.target.kernels is kernel_path
 
     def from_prefix(forward):
@@ -300,7 +301,7 @@ def test_a_sequences_rows_are_bitwise_the_same_alone_and_in_a_batch_of_any_size(
     one row-invariant call of the torch path holds), some trees, each against its own cache,
     give each sequence the bits it gets alone."""
     model = tiny_llama(6, vocab=V, layers=2)
-    target = NativeLlama.from_hf(model, kernels=kernel_path, kv_dtype=kv)
+    target = NativeDecoder.from_hf(model, kernels=kernel_path, kv_dtype=kv)
     prefixes = [tokens(4 + i, 20 + i) for i in range(12)]
     steps = [(tokens(i + 1, 40 + i), TREE if i + 1 == len(TREE) + 1 else None) for i in range(12)]
 
@@ -326,13 +327,13 @@ def test_the_cache_is_fp16_beside_block_format_matrices_and_fp32_beside_float_we
     quantized = {name: quantize(w, "Q8_0") if w.ndim == 2 and w.shape[1] % 32 == 0
                  else w for name, w in weights.items()}
     assert any(isinstance(w, QuantTensor) for w in quantized.values())
-    assert NativeLlama(model.config, quantized, None).new_cache().dtype == torch.float16
-    assert NativeLlama(model.config, quantized, None, kv_dtype=torch.float32).new_cache().dtype \
+    assert NativeDecoder(model.config, quantized, None).new_cache().dtype == torch.float16
+    assert NativeDecoder(model.config, quantized, None, kv_dtype=torch.float32).new_cache().dtype \
         == torch.float32
-    assert NativeLlama(model.config, weights).new_cache().dtype == torch.float32
-    assert NativeLlama(model.config, weights, torch.bfloat16).new_cache().dtype == torch.float32
-    half = OnCache(NativeLlama.from_hf(model, kv_dtype=torch.float16))
-    full = OnCache(NativeLlama.from_hf(model))
+    assert NativeDecoder(model.config, weights).new_cache().dtype == torch.float32
+    assert NativeDecoder(model.config, weights, torch.bfloat16).new_cache().dtype == torch.float32
+    half = OnCache(NativeDecoder.from_hf(model, kv_dtype=torch.float16))
+    full = OnCache(NativeDecoder.from_hf(model))
     prompt = tokens(20, 3)
     a, b = half.forward(prompt), full.forward(prompt)
     assert not torch.equal(a, b)  # it does round the cache
@@ -353,7 +354,7 @@ def quantized_weights(model, formats=("Q8_0", "Q4_0", "Q4_1")) -> dict:
             for name, w in weights.items()}
 
 
-def one_call_and_loop(target: NativeLlama, scenario) -> tuple[list, list]:
+def one_call_and_loop(target: NativeDecoder, scenario) -> tuple[list, list]:
     """What `scenario(target)` returns with the layers in one kernel call, and with the Python
     loop over their operations (the same target with its stack set aside)."""
     assert target._stack is not None
@@ -365,7 +366,7 @@ def one_call_and_loop(target: NativeLlama, scenario) -> tuple[list, list]:
         target._stack = stack
 
 
-def every_kind_of_step(target: NativeLlama) -> list[torch.Tensor]:
+def every_kind_of_step(target: NativeDecoder) -> list[torch.Tensor]:
     """A prefill, a plain step, a chain, a tree, a batch of three sequences, and the caches they
     leave; then a layer subset (which writes its layers' cache rows only)."""
     first, second, third = target.new_cache(), target.new_cache(), target.new_cache()
@@ -390,11 +391,11 @@ def test_the_layers_in_one_kernel_call_give_bitwise_what_the_layer_loop_gives(ke
     the same bits, in its outputs and in the caches it writes."""
     model = tiny_llama(7, vocab=V, layers=2, arch="qwen2" if kind == "qwen2-bias" else "llama")
     if kind == "mixed-blocks":
-        target = NativeLlama(model.config, quantized_weights(model), None, kernels=kernel_path)
+        target = NativeDecoder(model.config, quantized_weights(model), None, kernels=kernel_path)
         assert len(target.layers[0].qkv.parts()) == 3
     else:
         dtype = torch.bfloat16 if kind == "bf16" else torch.float32
-        target = NativeLlama.from_hf(model, dtype, kernels=kernel_path)
+        target = NativeDecoder.from_hf(model, dtype, kernels=kernel_path)
     if target._stack is None:
         pytest.skip(f"{kernel_path.name}: the layers run one operation at a time on this path")
     one_call, loop = one_call_and_loop(target, every_kind_of_step)
@@ -403,7 +404,7 @@ def test_the_layers_in_one_kernel_call_give_bitwise_what_the_layer_loop_gives(ke
 
 def test_a_layer_without_an_input_norm_runs_in_one_call_as_in_the_loop(kernel_path, tiny_llama):
     """An EAGLE head's layer (`head_layer`: no input norm, run on vectors) takes the same call."""
-    target = NativeLlama.from_hf(tiny_llama(8, vocab=V, layers=1), kernels=kernel_path)
+    target = NativeDecoder.from_hf(tiny_llama(8, vocab=V, layers=1), kernels=kernel_path)
     names = {n.removeprefix("model.layers.0."): w for n, w in
              tiny_llama(8, vocab=V, layers=1).state_dict().items()
              if n.startswith("model.layers.0.") and "input_layernorm" not in n}
@@ -412,7 +413,7 @@ def test_a_layer_without_an_input_norm_runs_in_one_call_as_in_the_loop(kernel_pa
         pytest.skip(f"{kernel_path.name}: the layers run one operation at a time on this path")
     x = torch.randn(4, target.hidden_size, generator=torch.Generator().manual_seed(8))
 
-    def run(layer: NativeLlama) -> list[torch.Tensor]:
+    def run(layer: NativeDecoder) -> list[torch.Tensor]:
         cache = layer.new_cache()
         return [layer.run(cache, x), layer.run(cache, x[:1]), cache.keys[:, :, :5].clone()]
 
@@ -424,7 +425,7 @@ def test_a_layer_without_an_input_norm_runs_in_one_call_as_in_the_loop(kernel_pa
 def test_a_model_cut_to_some_vocabulary_rows_scores_exactly_those_columns(qtype, tiny_llama):
     from specdecode.quant import quantize
 
-    full = NativeLlama.from_hf(tiny_llama(0, vocab=64))
+    full = NativeDecoder.from_hf(tiny_llama(0, vocab=64))
     if qtype:
         full.lm_head = quantize(full.lm_head, qtype)
         full._lm_head = full._linear(full.lm_head)

@@ -1,4 +1,6 @@
-"""Native forward for the Llama family (Llama 2/3, SmolLM2, Mistral without sliding window, Qwen2).
+"""The native forward of every family in `families` (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE,
+Gemma 3): one decoder, whose layers differ only in what the family declares (which norms, the
+activation, q/k head norms, sliding windows, per-layer rotary tables, a mixture of experts).
 
 Built from the weights of a loaded transformers model (no download, no extra conversion): q/k/v and
 gate/up projections are fused into one matrix each, so a decoder layer is four matrix products.
@@ -16,49 +18,29 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from .. import kernels as kernel_paths
 from ..core.tree import TokenTree
-from ..kernels import ROW_INVARIANT_ROWS, CacheRows, Kernels
+from ..kernels import ROW_INVARIANT_ROWS, CacheRows, DecoderLayer, Kernels, StackShape
 from ..quant import FORMATS, QuantTensor, decode
 from ..rope import frequencies, tables
+from . import families
 from .cache import StaticKVCache
 from .gguf import ROPE_FACTORS
 from .linear import Linear
 
-SUPPORTED_MODEL_TYPES = {"llama", "mistral", "qwen2"}
-
 
 def supports(config) -> bool:
-    """True when `NativeLlama` reproduces this architecture exactly."""
-    if config.model_type not in SUPPORTED_MODEL_TYPES:
-        return False
-    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
-        return False
-    # these rotary types change with the sequence length; a static cos/sin table cannot follow
-    rope = getattr(config, "rope_parameters", None) or {}
-    if rope.get("rope_type", "default") in ("dynamic", "longrope"):
-        return False
-    # sliding-window attention would need a banded mask; leave it to transformers
-    sliding = getattr(config, "sliding_window", None)
-    uses_sliding = getattr(config, "use_sliding_window", sliding is not None)
-    return not (sliding and uses_sliding)
+    """True when `NativeDecoder` reproduces this architecture exactly (`families.unsupported`
+    says why not)."""
+    return families.unsupported(config) is None
 
 
-@dataclass
-class _Layer:
-    input_norm: torch.Tensor | None  # [H]; None: the layer reads its input unnormalised (EAGLE)
-    qkv: Linear  # H -> (n_heads + 2 n_kv) d, with a bias on Qwen2
-    out: Linear  # n_heads d -> H, with a bias on Llama with attention_bias=True
-    post_norm: torch.Tensor  # [H]
-    gate_up: Linear  # H -> 2 I
-    down: Linear  # I -> H
-
-
-class NativeLlama:
-    """A `Target` (with the `FeatureTarget` and `LayerSkipTarget` capabilities) for Llama-family
-    models, on the CPU, with static KV caches (`cache.StaticKVCache`, one per sequence).
+class NativeDecoder:
+    """A `Target` (with the `FeatureTarget` and `LayerSkipTarget` capabilities) for the families
+    in `families`, on the CPU, with static KV caches (`cache.StaticKVCache`, one per sequence).
 
     Built from a transformers config and the checkpoint's tensors by their transformers names
     (`model.layers.0.self_attn.q_proj.weight`, ...), so the loader need not build the transformers
@@ -71,8 +53,9 @@ class NativeLlama:
     def __init__(self, config, weights: Mapping[str, torch.Tensor | QuantTensor],
                  dtype: torch.dtype | None = torch.float32, kernels: Kernels | None = None,
                  kv_dtype: torch.dtype | None = None) -> None:
-        assert supports(config), config.model_type
+        assert supports(config), families.unsupported(config)
         self.config = config
+        self.family = families.by_model_type(config.model_type)
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
@@ -86,6 +69,9 @@ class NativeLlama:
         self.eps = config.rms_norm_eps
         self.max_length = config.max_position_embeddings
         self.num_layers = config.num_hidden_layers
+        self.shape = StackShape(self.hidden_size, self.num_heads, self.num_kv_heads,
+                                self.head_dim, config.intermediate_size,
+                                families.activation(config), families.attention_scale(config))
 
         # matrices in `dtype` (None: as given, GGUF block formats included); norm weights,
         # biases, activations and all arithmetic in fp32: a bf16 or 4-bit step saves its time in
@@ -108,45 +94,76 @@ class NativeLlama:
         def optional(name: str, dtype: torch.dtype | None = dtype):
             return get(name, dtype) if name in weights else None
 
-        f32 = torch.float32
         self.embed = get("model.embed_tokens.weight")  # [V, H]
-        self.norm = optional("model.norm.weight", f32)  # None: no final norm (an EAGLE head's layer)
-        # tied embeddings are saved once, under the input embedding's name
+        # Gemma's embeddings are scaled by sqrt(hidden), rounded to fp32 as transformers does
+        self._embed_scale = (torch.tensor(self.hidden_size ** 0.5, dtype=torch.float32)
+                             if self.family.scales_embedding else None)
+        self.norm = self._norm(optional("model.norm.weight", torch.float32))  # None: no final
+        # norm (an EAGLE head's layer); tied embeddings are saved once, under the input's name
         lm_head = optional("lm_head.weight")
         self.lm_head = self.embed if lm_head is None else lm_head  # [V, H]
         self.vocab_size = self.lm_head.shape[0]
         self._lm_head = self._linear(self.lm_head)
-        self.layers = [self._layer(weights, f"model.layers.{i}.", get, optional)
-                       for i in range(self.num_layers)]
-        # the layers in one kernel call where the path has one (bitwise what the loop gives)
-        self._stack = self.kernels.stack(
-            (self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
-             config.intermediate_size),
-            [(w.input_norm, w.post_norm, w.qkv, w.out, w.gate_up, w.down) for w in self.layers])
+        # one (cos, sin) table per distinct rotary parameters (Gemma: local and global layers)
         self._rope_factors = weights.get(ROPE_FACTORS)  # [d / 2] or None (`gguf.ROPE_FACTORS`)
-        self._inv_freq, self._rope_scale = frequencies(config, self._rope_factors)
+        self._rope_types: list[str | None] = []
+        for i in range(self.num_layers):
+            kind = families.layer_type(config, i)
+            if kind not in self._rope_types:
+                self._rope_types.append(kind)
+        self._frequencies = [frequencies(config, self._rope_factors, kind)
+                             for kind in self._rope_types]
+        self.layers = [self._layer(i, get, optional) for i in range(self.num_layers)]
+        # the layers in one kernel call where the path has one (bitwise what the loop gives)
+        self._stack = self.kernels.stack(self.shape, self.layers)
         self._rope_cache(1024)
         formats = {str(kind).removeprefix("torch.") for linear in self.linears()
                    for kind, _ in linear.parts()}
         self.weights = "+".join(sorted(formats))
 
-    def _layer(self, weights, prefix: str, get, optional) -> _Layer:
-        """Layer `prefix` (`model.layers.{i}.`) with q/k/v and gate/up fused: four products."""
+    def _norm(self, weight: torch.Tensor | None) -> torch.Tensor | None:
+        """A norm's multiplier: its weight, plus the family's shift (Gemma's 1 + w, in fp32 as
+        transformers adds it)."""
+        if weight is None or not self.family.norm_shift:
+            return weight
+        return self.family.norm_shift + weight.float()
+
+    def _layer(self, i: int, get, optional) -> DecoderLayer:
+        """Layer i with q/k/v and gate/up fused: four products."""
         f32 = torch.float32
+        prefix = f"model.layers.{i}."
         attn, mlp = f"{prefix}self_attn.", f"{prefix}mlp."
         qkv = [f"{attn}{p}_proj" for p in "qkv"]
         bias = None
-        if f"{qkv[0]}.bias" in weights:  # Qwen2
+        if optional(f"{qkv[0]}.bias", f32) is not None:  # Qwen2
             bias = torch.cat([get(f"{p}.bias", f32) for p in qkv])
-        return _Layer(
-            input_norm=optional(f"{prefix}input_layernorm.weight", f32),
+        norms = {role: self._norm(optional(f"{prefix}{name}.weight", f32))
+                 for role, name in self.family.norms.items()}
+        layer = DecoderLayer(
             qkv=self._linear(fuse([get(f"{p}.weight") for p in qkv]), bias),
             out=self._linear(get(f"{attn}o_proj.weight"), optional(f"{attn}o_proj.bias", f32)),
-            post_norm=get(f"{prefix}post_attention_layernorm.weight", f32),
-            gate_up=self._linear(fuse([get(f"{mlp}gate_proj.weight"),
-                                       get(f"{mlp}up_proj.weight")])),
-            down=self._linear(get(f"{mlp}down_proj.weight")),
-        )
+            gate_up=None, down=None, **norms, window=families.window(self.config, i),
+            rope=self._rope_types.index(families.layer_type(self.config, i)))
+        rule = self.family.experts_at(self.config, i)
+        if rule is None:
+            layer.gate_up = self._linear(fuse([get(f"{mlp}gate_proj.weight"),
+                                               get(f"{mlp}up_proj.weight")]))
+            layer.down = self._linear(get(f"{mlp}down_proj.weight"))
+            return layer
+        layer.router = self._linear(get(f"{mlp}gate.weight"))
+        layer.top_k, layer.normalize = rule.top_k, rule.normalize
+        experts = f"{mlp}experts."
+        fused = optional(f"{experts}gate_up_proj")  # transformers: [E, 2 I, H]
+        gate_up = [fused[e] if fused is not None else
+                   fuse([expert_rows(get(f"{experts}gate_proj.weight"), e, rule.inner),
+                         expert_rows(get(f"{experts}up_proj.weight"), e, rule.inner)])
+                   for e in range(rule.count)]
+        down = optional(f"{experts}down_proj")  # transformers' name; GGUF's has ".weight"
+        down = down if down is not None else get(f"{experts}down_proj.weight")
+        layer.experts = [(self._linear(gate_up[e]),
+                          self._linear(expert_rows(down, e, self.hidden_size)))
+                         for e in range(rule.count)]
+        return layer
 
     def _linear(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
         return Linear(weight, bias, self.kernels)
@@ -154,7 +171,7 @@ class NativeLlama:
     @classmethod
     def from_hf(cls, hf_model: torch.nn.Module, dtype: torch.dtype = torch.float32,
                 kernels: Kernels | None = None, kv_dtype: torch.dtype | None = None
-                ) -> "NativeLlama":
+                ) -> "NativeDecoder":
         weights = dict(hf_model.state_dict())
         weights["lm_head.weight"] = hf_model.get_output_embeddings().weight  # tied or not
         return cls(hf_model.config, weights, dtype, kernels, kv_dtype)
@@ -166,7 +183,9 @@ class NativeLlama:
     def linears(self) -> list[Linear]:
         """Every matrix a step multiplies with: the layers' four and the output head."""
         return [linear for layer in self.layers
-                for linear in (layer.qkv, layer.out, layer.gate_up, layer.down)] + [self._lm_head]
+                for linear in (layer.qkv, layer.out, layer.gate_up, layer.down, layer.router,
+                               *(m for expert in layer.experts for m in expert))
+                if linear is not None] + [self._lm_head]
 
     def weight_bytes(self) -> int:
         return sum(linear.nbytes for linear in self.linears())
@@ -176,7 +195,8 @@ class NativeLlama:
                              self.max_length, self.kv_dtype)
 
     def _rope_cache(self, capacity: int) -> None:
-        self._cos, self._sin = tables(self._inv_freq, self._rope_scale, capacity)
+        """(cos, sin) [capacity, d] per rotary table."""
+        self._tables = [tables(inv_freq, scale, capacity) for inv_freq, scale in self._frequencies]
 
     def hidden(self, cache: StaticKVCache, tokens: torch.Tensor,
                tree: TokenTree | None = None) -> torch.Tensor:
@@ -205,9 +225,11 @@ class NativeLlama:
         if isinstance(self.embed, QuantTensor):
             rows = self.embed.take(tokens.numpy())
             if rows.qtype in FORMATS:  # gguf's numbers, read in a few array operations
-                return torch.from_numpy(decode(rows).values())
-            return rows.dequantize()
-        return self.embed[tokens].float()
+                x = torch.from_numpy(decode(rows).values())
+            x = rows.dequantize()
+        else:
+            x = self.embed[tokens].float()
+        return x if self._embed_scale is None else x * self._embed_scale
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -222,7 +244,7 @@ class NativeLlama:
             return rows.dequantize(self.dtype)
         return self.lm_head if ids is None else self.lm_head[ids].contiguous()
 
-    def with_vocabulary(self, ids: torch.Tensor) -> "NativeLlama":
+    def with_vocabulary(self, ids: torch.Tensor) -> "NativeDecoder":
         """This model with its output layer cut to the rows `ids` ([V'] int64; every other weight
         shared): logits column j scores token ids[j]. A drafter's cheaper output layer."""
         model = copy.copy(self)
@@ -236,12 +258,13 @@ class NativeLlama:
         return layer_shape(self.config)
 
     def rope_tables(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return tables(self._inv_freq, self._rope_scale, length)
+        """The first layer's rotary tables [length, d] (what a drafting head's layer uses)."""
+        return tables(*self._frequencies[self.layers[0].rope], length)
 
-    def head_layer(self, weights: Mapping[str, torch.Tensor], lm_head: torch.Tensor) -> "NativeLlama":
+    def head_layer(self, weights: Mapping[str, torch.Tensor], lm_head: torch.Tensor) -> "NativeDecoder":
         """One decoder layer of this model's shape, kernels and rotary embedding with these
         weights (names within a layer; no input norm, no final norm) and `lm_head` [V', H] as its
-        logits: a 1-layer `NativeLlama` run on input vectors by `run`."""
+        logits: a 1-layer `NativeDecoder` run on input vectors by `run`."""
         config = copy.deepcopy(self.config)
         config.num_hidden_layers = 1
         named = {f"model.layers.0.{name}": tensor for name, tensor in weights.items()}
@@ -249,7 +272,7 @@ class NativeLlama:
                       "lm_head.weight": lm_head})  # the layer runs on vectors
         if self._rope_factors is not None:
             named[ROPE_FACTORS] = self._rope_factors
-        return NativeLlama(config, named, self.dtype, self.kernels)
+        return NativeDecoder(config, named, self.dtype, self.kernels)
 
     def run(self, cache: StaticKVCache, x: torch.Tensor, positions: torch.Tensor | None = None,
             mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -303,7 +326,7 @@ class NativeLlama:
         for seg in segments:
             starts.append(seg.cache.length)
             seg.cache.reserve(seg.rows)
-            if self._cos.shape[0] < seg.cache.capacity:
+            if self._tables[0][0].shape[0] < seg.cache.capacity:
                 self._rope_cache(seg.cache.capacity)
             assert seg.mask is None or seg.mask.shape == (seg.rows, starts[-1] + seg.rows), \
                 (seg.mask.shape, seg.rows, starts[-1])
@@ -315,19 +338,67 @@ class NativeLlama:
                                      for seg, start in zip(segments, starts)])
         order = range(self.num_layers) if layers is None else layers
         if self._stack is not None and all(seg.rows <= ROW_INVARIANT_ROWS for seg in segments):
-            x = k.decoder_layers(self._stack, x, caches, order, self._cos, self._sin, positions,
-                                 self.eps)
+            x = k.decoder_layers(self._stack, x, caches, order, self._tables, positions, self.eps)
         else:
             for i in order:
-                w = self.layers[i]
-                h = x if w.input_norm is None else k.rms_norm(x, w.input_norm, self.eps)
-                o = k.attention(w.qkv(h), caches, i, self._cos, self._sin, positions,
-                                self.num_heads)  # [rows, heads d]
-                x = x + w.out(o)
-                x = x + w.down(k.silu_mul(w.gate_up(k.rms_norm(x, w.post_norm, self.eps))))
+                x = self._run_layer(i, x, caches, positions)
         for seg, start in zip(segments, starts):
             seg.cache.length = start + seg.rows
         return x if self.norm is None else k.rms_norm(x, self.norm, self.eps)
+
+
+    def _run_layer(self, i: int, x: torch.Tensor, caches, positions: torch.Tensor) -> torch.Tensor:
+        """Layer i on the residual stream x [T, H], one kernel call at a time: the operations
+        and order of csrc/layers.c (a norm the layer lacks is left out)."""
+        k, w, eps = self.kernels, self.layers[i], self.eps
+        h = x if w.input_norm is None else k.rms_norm(x, w.input_norm, eps)
+        qkv = w.qkv(h)
+        if w.q_norm is not None:
+            qkv = k.head_norm(qkv, w.q_norm, w.k_norm, self.num_heads, self.num_kv_heads, eps)
+        cos, sin = self._tables[w.rope]
+        o = k.attention(qkv, caches, i, cos, sin, positions, self.num_heads, w.window,
+                        self.shape.scale)  # [rows, heads d]
+        y = w.out(o)
+        x = x + (y if w.attention_out_norm is None else k.rms_norm(y, w.attention_out_norm, eps))
+        h = k.rms_norm(x, w.ffn_norm, eps)
+        y = self._mixture(w, h) if w.experts else self._mlp(w.gate_up, w.down, h)
+        return x + (y if w.ffn_out_norm is None else k.rms_norm(y, w.ffn_out_norm, eps))
+
+    def _mlp(self, gate_up: Linear, down: Linear, h: torch.Tensor) -> torch.Tensor:
+        """h: [T, H] -> down(act(gate) · up): [T, H]."""
+        k, both = self.kernels, gate_up(h)
+        return down(k.gelu_mul(both) if self.shape.activation == "gelu_tanh"
+                    else k.silu_mul(both))
+
+    def _mixture(self, w: DecoderLayer, h: torch.Tensor) -> torch.Tensor:
+        """A mixture-of-experts MLP on h [T, H]: each row's top_k experts by router probability,
+        summed with those weights in the order of the experts' numbers (as transformers sums
+        them). Row-invariant: the router and each expert are the kernels' products, which
+        compute a row alike whatever rows share the call, the softmax and top-k run on one row
+        at a time, and a row's sum adds its experts in an order no other row changes."""
+        logits = w.router(h)  # [T, E]
+        chosen, weights = [], []
+        for row in logits:
+            top = torch.topk(torch.softmax(row, dim=-1), w.top_k)
+            values = top.values / top.values.sum() if w.normalize else top.values
+            chosen.append(top.indices)
+            weights.append(values)
+        chosen, weights = torch.stack(chosen), torch.stack(weights)  # [T, top_k]
+        out = torch.zeros_like(h)
+        for e in chosen.unique().tolist():  # ascending
+            rows, slot = (chosen == e).nonzero(as_tuple=True)
+            y = self._mlp(*w.experts[e], h[rows]) * weights[rows, slot, None]
+            out.index_add_(0, rows, y)
+        return out
+
+
+def expert_rows(t: torch.Tensor | QuantTensor, expert: int, rows: int
+                ) -> torch.Tensor | QuantTensor:
+    """Expert `expert`'s matrix [rows, in] of all experts' in one tensor: [E, rows, in] (torch)
+    or [E rows, in] (a GGUF block format, rows one after the other)."""
+    if isinstance(t, QuantTensor):
+        return t.take(np.arange(expert * rows, (expert + 1) * rows))
+    return t[expert]
 
 
 @dataclass(frozen=True)
