@@ -1,4 +1,4 @@
-"""`draft`: a separate, smaller causal LM with the same tokenizer drafts autoregressively, with
+"""`draft`: a separate, smaller causal LM drafts autoregressively, with
 its own KV cache per sequence. Between steps that cache is rolled back to the longest prefix it
 shares with the context, so only the tokens it has not seen are fed again. Its output layer may
 cover only the most frequent tokens (`--draft-vocab`, `vocabulary`).
@@ -6,7 +6,9 @@ cover only the most frequent tokens (`--draft-vocab`, `vocabulary`).
 Where the output copies its context (code edits, summaries), an n-gram match drafts for free
 (`lookup`'s index and estimates): each step takes the match when its expected accepted tokens are
 at least what the draft model's steps have been netting (accepted tokens less their forwards'
-time, in the step's tokens), else runs the draft model."""
+time, in the step's tokens), else runs the draft model.
+
+A draft model with another tokenizer drafts as text (`cross_tokenizer`)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ import torch
 from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.target import Target, forward
-from ..errors import InvalidParameterError
+from ..errors import InvalidParameterError, VocabularyMismatchError
 from .base import draft_chain, option, register
+from .cross_tokenizer import CrossTokenizerDraft
 from .lookup import MatchEvidence, NgramIndex
 from .vocabulary import proposable_ids
 
@@ -46,9 +49,9 @@ class DraftModel(Drafter):
     @dataclass(frozen=True)
     class Options:
         draft_model: str | None = option(
-            None, "a smaller model with the same tokenizer (alias, .gguf file, directory or hub "
-                  "id); default: the target alias's own drafter (qwen2.5-coder-1.5b: "
-                  "qwen2.5-coder-0.5b)")
+            None, "a smaller model (alias, .gguf file, directory or hub id); with another "
+                  "tokenizer it drafts as text, retokenized for the target; default: the target "
+                  "alias's own drafter (qwen2.5-coder-1.5b: qwen2.5-coder-0.5b)")
         draft_vocab: int = option(
             65536, "the draft model's output layer keeps only this many most frequent tokens "
                    "(plus special ones), which makes each draft token cheaper; 0: all")
@@ -84,7 +87,7 @@ class DraftModel(Drafter):
                 if draft_model else [])
 
     @classmethod
-    def create(cls, model, options: Options) -> "DraftModel":
+    def create(cls, model, options: Options) -> "DraftModel | CrossTokenizerDraft":
         from ..models import load_model
 
         reason = cls.unavailable(model, options)
@@ -96,8 +99,13 @@ class DraftModel(Drafter):
                 f"{options.draft_vocab}, {options.draft_ngram}, {options.draft_window}")
         name = options.draft_model or model.drafter
         drafter = load_model(name, device=str(model.target.device), dtype=options.draft_dtype)
-        ids = proposable_ids(model.tokenizer, drafter.tokenizer, drafter.target.vocab_size,
-                             model.target.vocab_size, options.draft_vocab)
+        try:
+            ids = proposable_ids(model.tokenizer, drafter.tokenizer, drafter.target.vocab_size,
+                                 model.target.vocab_size, options.draft_vocab)
+        except VocabularyMismatchError:  # another tokenizer: draft as text
+            label = name + (f", last {options.draft_window} prompt tokens"
+                            if options.draft_window else "")
+            return CrossTokenizerDraft(drafter, model.tokenizer, label, options.draft_window)
         label = name if ids is None else f"{name}, {len(ids)} tokens"
         label += f", n-gram matches up to {options.draft_ngram}" if options.draft_ngram else ""
         label += f", last {options.draft_window} prompt tokens" if options.draft_window else ""

@@ -4,7 +4,7 @@ Two models share a vocabulary when every id the drafter can propose decodes to t
 both. Their lists may still differ in length: checkpoints pad their embedding rows (Qwen2.5's
 151,936 or 152,064 rows around 151,665 tokens), and a tokenizer may know a few added tokens the
 other lacks. Those ids are simply never proposed; an id that names different tokens in the two
-is a mismatch, and drafting is refused.
+is a mismatch: the tokenizers differ, and `draft` drafts as text instead (`cross_tokenizer`).
 
 A drafter's output layer can also be cut to the most frequent tokens (as FR-Spec does): on a
 0.5B drafter with 151,936 rows it is over a third of the bytes a draft token reads. The target
@@ -35,7 +35,7 @@ def proposable_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_ro
         raise VocabularyMismatchError(
             f"the draft model's vocabulary differs from the target's ({len(differ)} ids name "
             f"other tokens, e.g. id {differ[0]}: {draft_vocab[differ[0]]!r} vs "
-            f"{target_vocab[differ[0]]!r}); use a draft model with the same tokenizer")
+            f"{target_vocab[differ[0]]!r})")
     rows = min(draft_rows, target_rows)
     shared = torch.tensor(sorted(i for i in draft_vocab if i in target_vocab and i < rows),
                           dtype=torch.long)
