@@ -13,7 +13,8 @@ from specdecode.core.cost import StepCost
 from specdecode.core.engine import generate
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters import make_options
-from specdecode.drafters.lookup import MatchEvidence, NgramIndex, PromptLookup
+from specdecode.drafters.lookup import MatchEvidence, PromptLookup
+from specdecode.drafters.ngrams import NgramIndex
 from specdecode.drafters.plain import NoDrafter
 from specdecode.errors import InvalidParameterError
 
@@ -25,51 +26,6 @@ def on(context: torch.Tensor) -> SimpleNamespace:
 
 def t(*ids: int) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
-
-
-def find_continuation(context: list[int], n: int, k: int) -> list[int]:
-    """The reference: at most k tokens after the most recent earlier match of the last n."""
-    L = len(context)
-    for start in range(L - n - 1, -1, -1):
-        if context[start : start + n] == context[L - n :]:
-            return context[start + n : start + n + k]
-    return []
-
-
-def index_of(*ids: int, n_max: int = 3) -> NgramIndex:
-    index = NgramIndex(n_max)
-    index.extend(t(*ids))
-    return index
-
-
-def test_the_index_gives_the_tokens_after_the_most_recent_match():
-    index = index_of(1, 2, 3, 9, 1, 2, 4, 5, 1, 2)
-    assert index.continuation(2, 3) == [4, 5, 1]  # the latest "1 2" before the last is at 4
-    assert index.continuation(1, 2) == [4, 5]
-
-
-def test_the_index_never_matches_the_suffix_itself():
-    assert index_of(5, 6, 7).continuation(2, 4) == []
-    assert index_of(7, 7).continuation(1, 4) == [7]
-    assert index_of(1, 2).continuation(2, 3) == [] and index_of(1).continuation(1, 3) == []
-
-
-def test_the_index_is_cut_at_k_and_at_the_end_of_context():
-    index = index_of(1, 2, 3, 4, 5, 1, 2)
-    assert index.continuation(2, 2) == [3, 4] and index.continuation(2, 100) == [3, 4, 5, 1, 2]
-
-
-def test_the_index_grown_step_by_step_agrees_with_a_scan_of_the_whole_context():
-    import random
-
-    rng = random.Random(0)
-    context = [rng.randrange(4) for _ in range(5)]
-    index = NgramIndex(4)
-    for _ in range(200):
-        context += [rng.randrange(4) for _ in range(rng.randint(1, 3))]
-        index.extend(torch.tensor(context))
-        for n in range(1, 5):
-            assert index.continuation(n, 6) == find_continuation(context, n, 6)
 
 
 def test_prompt_lookup_prefers_the_longest_ngram():
@@ -146,7 +102,8 @@ def test_match_evidence_counts_only_the_positions_the_verifier_looked_at():
     evidence = MatchEvidence(NgramIndex(3))
     evidence.pending = 3
     evidence.record(4, 1)  # token 1 accepted, token 2 rejected: tokens 3 and 4 never judged
-    assert evidence.reached[3] == [1, 1] and evidence.accepted[3] == [1, 0]
+    assert evidence.verdicts.tried == {(3, 0): 1, (3, 1): 1}
+    assert evidence.verdicts.accepted == {(3, 0): 1}
     first = (1 + 2 * 0.5) / 3  # one hit in one look, prior 1/2 worth two looks
     second = (0 + 2 * first) / 3  # no hit in one look, the first position's rate as its prior
     assert evidence.chances(3, 3) == pytest.approx([first, first * second,
@@ -158,7 +115,8 @@ def test_tokens_the_step_did_not_score_are_not_counted_as_rejected():
     seq = on(THREE_GRAM)
     lookup.propose(seq, DraftBudget(6, 6))
     lookup.observe(seq, 1, 1)  # one of six scored, and accepted
-    assert seq.drafter_state.reached[3] == [1] and seq.drafter_state.accepted[3] == [1]
+    verdicts = seq.drafter_state.verdicts
+    assert verdicts.tried == {(3, 0): 1} and verdicts.accepted == {(3, 0): 1}
 
 
 def test_lookup_greedy_output_equals_plain_greedy(make_target):

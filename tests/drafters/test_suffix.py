@@ -17,7 +17,7 @@ from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.core.tree import ROOT
 from specdecode.drafters import make_options
 from specdecode.drafters.plain import NoDrafter
-from specdecode.drafters.suffix import Memory, NgramTable, SuffixTree, shared_memory
+from specdecode.drafters.suffix import Memory, SuffixTree, shared_memory
 from specdecode.errors import InvalidParameterError
 
 
@@ -40,29 +40,6 @@ def drafter(memory: Memory | None = None, **options) -> SuffixTree:
 
 def caps(nodes: int, depth: int = 8) -> DraftBudget:
     return DraftBudget(nodes, depth)
-
-
-def test_ngram_table_ranks_continuations_by_count_then_recency():
-    table = NgramTable(2)
-    table.count([1, 5, 1, 6, 1, 6, 1, 7])
-    assert table.continuations((1,)) == (1, [6, 7, 5])  # 6 twice; 7 more recent than 5
-
-
-def test_ngram_table_prefers_the_longest_suffix_seen():
-    table = NgramTable(3)
-    table.count([2, 3, 4, 9, 3, 5])
-    assert table.continuations((2, 3)) == (2, [4])  # not the 1-gram "3", which also saw 5
-    assert table.continuations((8, 3)) == (1, [5, 4])  # equal counts: the latest first
-    assert table.continuations((8,)) == (0, [])
-
-
-def test_ngram_table_forgets_what_it_is_told_to_remove():
-    table = NgramTable(2)
-    table.count([1, 2, 3])
-    table.count([1, 4])
-    table.count([1, 2, 3], sign=-1)
-    assert table.continuations((1,)) == (1, [4])
-    assert (1, 2) not in table.next and (2,) not in table.next
 
 
 def test_the_context_continuation_is_proposed_as_a_chain_with_siblings():
@@ -113,7 +90,7 @@ def test_nodes_the_step_did_not_score_are_not_counted_as_tried():
     tried = s.drafter_state.pending.classes
     grow(s, 9)
     d.propose(s, caps(8, 1))
-    assert sum(s.drafter_state.reached.values()) == 1 and len(tried) == 1
+    assert sum(s.drafter_state.verdicts.tried.values()) == 1 and len(tried) == 1
 
 
 def test_a_rejected_class_loses_rate_and_an_accepted_one_gains():

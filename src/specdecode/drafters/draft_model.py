@@ -23,7 +23,8 @@ from ..core.target import Target, forward
 from ..errors import InvalidParameterError, VocabularyMismatchError
 from .base import draft_chain, option, register
 from .cross_tokenizer import CrossTokenizerDraft
-from .lookup import MatchEvidence, NgramIndex
+from .lookup import MatchEvidence
+from .ngrams import NgramIndex
 from .vocabulary import proposable_ids
 
 

@@ -13,59 +13,26 @@ from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..errors import InvalidParameterError
 from .base import option, register
-
-
-class NgramIndex:
-    """Where each n-gram (n = 1..n_max) of a growing token sequence last started, so that what
-    followed the latest earlier occurrence of its last n tokens is found in O(n + k) per step
-    (a scan of the whole context with tensor ops cost ~0.2 ms a step, most of a drafting
-    sequence's Python time in a busy batch). The sequence only grows: `extend` is told the whole
-    context each time and takes what is new."""
-
-    def __init__(self, n_max: int) -> None:
-        self.n_max = n_max
-        self.tokens: list[int] = []
-        self.latest: dict[tuple[int, ...], int] = {}  # n-grams that end before the last token
-
-    def extend(self, context: torch.Tensor) -> None:
-        """context: [L] int64, the sequence so far (what was seen, then new tokens)."""
-        seen = len(self.tokens)
-        self.tokens += context[seen:].tolist()
-        tokens = self.tokens
-        # the old last token and the new ones but the last now end n-grams that may be matched
-        for end in range(max(seen - 1, 0), len(tokens) - 1):
-            for n in range(1, min(self.n_max, end + 1) + 1):
-                self.latest[tuple(tokens[end - n + 1 : end + 1])] = end - n + 1
-
-    def continuation(self, n: int, k: int) -> list[int]:
-        """At most k tokens after the latest earlier occurrence of the last n tokens ([] when
-        there is none)."""
-        if len(self.tokens) <= n:
-            return []
-        start = self.latest.get(tuple(self.tokens[-n:]))
-        return [] if start is None else self.tokens[start + n : start + n + k]
+from .ngrams import AcceptanceRecord, NgramIndex
 
 
 @dataclass
 class MatchEvidence:
-    """Per sequence: its n-gram index, and per n-gram length n how often draft position j was
-    reached (the j - 1 tokens before it accepted) and how often it was accepted then."""
+    """Per sequence: its n-gram index, and per n-gram length n and draft position j how often
+    position j was reached (the j - 1 tokens before it accepted) and accepted then."""
 
     index: NgramIndex
-    reached: dict[int, list[int]] = field(default_factory=dict)
-    accepted: dict[int, list[int]] = field(default_factory=dict)
+    verdicts: AcceptanceRecord = field(default_factory=AcceptanceRecord)  # kind: (n, j)
     pending: int = 0  # n of the draft awaiting its verdict
 
     def chances(self, n: int, positions: int) -> list[float]:
         """P(the first j draft tokens are accepted), j = 1..positions: the product of each
-        position's acceptance rate given the ones before, estimated with PRIOR_WEIGHT
-        pseudo-observations of the position before's rate (PRIOR for the first): a position never
-        judged is taken to be as good as the last one judged, so drafts can grow."""
-        reached, accepted = self.reached.get(n, []), self.accepted.get(n, [])
+        position's acceptance rate given the ones before, each position's prior the rate of the
+        position before (PRIOR for the first): a position never judged is taken to be as good
+        as the last one judged, so drafts can grow."""
         chance, rate, out = 1.0, PRIOR, []
         for j in range(positions):
-            seen, hit = (reached[j], accepted[j]) if j < len(reached) else (0, 0)
-            rate = (hit + PRIOR_WEIGHT * rate) / (seen + PRIOR_WEIGHT)
+            rate = self.verdicts.rate((n, j), rate)
             chance *= rate
             out.append(chance)
         return out
@@ -89,19 +56,12 @@ class MatchEvidence:
 
     def record(self, scored: int, accepted: int) -> None:
         """The verdict on the pending draft, of which the first `scored` tokens were scored."""
-        n = self.pending
-        reached = self.reached.setdefault(n, [])
-        hits = self.accepted.setdefault(n, [])
         for j in range(min(scored, accepted + 1)):  # positions the verifier looked at
-            if j == len(reached):
-                reached.append(0)
-                hits.append(0)
-            reached[j] += 1
-            hits[j] += accepted > j
+            self.verdicts.add((self.pending, j), accepted > j)
         self.pending = 0
 
 
-PRIOR, PRIOR_WEIGHT = 0.5, 2.0  # a weak prior: a sequence's own verdicts soon outweigh it
+PRIOR = 0.5  # a weak prior for a match's first token (`ngrams.AcceptanceRecord`)
 
 
 @register("lookup")

@@ -31,8 +31,8 @@ from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.tree import ROOT
 from ..errors import InvalidParameterError
 from .base import option, register
+from .ngrams import AcceptanceRecord, Key, NgramIndex
 
-Key = tuple[int, ...]
 Class = tuple[str, int, int]  # (source, n-gram length or 0, rank among the source's candidates)
 
 # First-token acceptance of a lookup match by its length, measured over Spec-Bench outputs of the
@@ -41,44 +41,7 @@ Class = tuple[str, int, int]  # (source, n-gram length or 0, rank among the sour
 CONTEXT_PRIOR = (0.27, 0.42, 0.56, 0.70, 0.82)
 MEMORY_DISCOUNT = 0.7  # an earlier request's continuation is less likely than this one's own
 RECYCLED_PRIOR = 0.25
-PRIOR_WEIGHT = 2.0
 MAX_RANK = 3  # ranks from here on share one class
-
-
-class NgramTable:
-    """The continuations of every n-gram (n = 1..n_max) in some token streams, with how often and
-    how recently each followed: key -> {token: [count, stamp]}."""
-
-    def __init__(self, n_max: int) -> None:
-        self.n_max = n_max
-        self.next: dict[Key, dict[int, list[int]]] = {}
-        self.clock = 0
-
-    def count(self, tokens: list[int], start: int = 1, sign: int = 1) -> None:
-        """Add (sign 1) or remove (-1) the continuation at each position >= start of `tokens`
-        (one stream: n-grams never span two calls' streams)."""
-        for i in range(max(start, 1), len(tokens)):
-            self.clock += 1
-            token = tokens[i]
-            for n in range(1, min(self.n_max, i) + 1):
-                key = tuple(tokens[i - n : i])
-                counts = self.next.setdefault(key, {})
-                entry = counts.setdefault(token, [0, 0])
-                entry[0] += sign
-                entry[1] = self.clock
-                if entry[0] <= 0:
-                    del counts[token]
-                    if not counts:
-                        del self.next[key]
-
-    def continuations(self, suffix: Key) -> tuple[int, list[int]]:
-        """(n, tokens): the continuations of the longest n-gram ending `suffix` that was seen,
-        most frequent first (ties: most recent first); (0, []) when none was."""
-        for n in range(min(len(suffix), self.n_max), 0, -1):
-            counts = self.next.get(suffix[len(suffix) - n :])
-            if counts:
-                return n, sorted(counts, key=lambda t: counts[t], reverse=True)
-        return 0, []
 
 
 class Memory:
@@ -87,7 +50,7 @@ class Memory:
     output is forgotten. Thread-safe (a server's requests share it)."""
 
     def __init__(self, n_max: int, capacity: int) -> None:
-        self.table = NgramTable(n_max)
+        self.table = NgramIndex(n_max)
         self.recycled: dict[int, list[int]] = {}
         self.capacity = capacity
         self.outputs: deque[list[int]] = deque()
@@ -136,13 +99,11 @@ class Proposal:
 
 @dataclass
 class SuffixState:
-    """One sequence's tables and record."""
+    """One sequence's index and record."""
 
-    table: NgramTable
-    indexed: int = 0  # context tokens counted in `table`
+    table: NgramIndex  # of the context
     recycled: dict[int, list[int]] = field(default_factory=dict)  # token -> target's top tokens
-    reached: dict[Class, float] = field(default_factory=dict)  # siblings tried, by class
-    accepted: dict[Class, float] = field(default_factory=dict)  # of them accepted
+    verdicts: AcceptanceRecord = field(default_factory=AcceptanceRecord)  # siblings, by class
     pending: Proposal | None = None
 
 
@@ -190,7 +151,7 @@ class SuffixTree(Drafter):
         return f"suffix tree (n-gram {o.ngram_max}, {o.branches} branches, {memory})"
 
     def start(self, seq) -> None:
-        seq.drafter_state = SuffixState(NgramTable(self.options.ngram_max))
+        seq.drafter_state = SuffixState(NgramIndex(self.options.ngram_max))
 
     def observe_logits(self, seq, tokens: list[int], logits: torch.Tensor) -> None:
         """tokens [a + 1]: the pending token and the accepted path; logits [a + 1, V]: the
@@ -272,24 +233,20 @@ class SuffixTree(Drafter):
         return list(found.items())
 
     def _rate(self, state: SuffixState, cls: Class) -> float:
-        """This sequence's acceptance rate of a class, with PRIOR_WEIGHT pseudo-observations."""
+        """This sequence's acceptance rate of a class, from its prior (`ngrams.AcceptanceRecord`)."""
         source, n, rank = cls
         if source == "recycled":
             prior = RECYCLED_PRIOR
         else:
             prior = CONTEXT_PRIOR[min(n, len(CONTEXT_PRIOR)) - 1]
             prior *= MEMORY_DISCOUNT if source == "memory" else 1.0
-        prior /= 1 + 2 * rank
-        seen, hit = state.reached.get(cls, 0.0), state.accepted.get(cls, 0.0)
-        return (hit + PRIOR_WEIGHT * prior) / (seen + PRIOR_WEIGHT)
+        return state.verdicts.rate(cls, prior / (1 + 2 * rank))
 
     def _settle(self, state: SuffixState, context: torch.Tensor, length: int) -> None:
         """Count the context tokens not yet counted, and record the last tree's verdict: walk it
         along the tokens that followed it (the accepted path, then a token that matches no child
         of where the path ended, or the path ended at a leaf)."""
-        new = context[max(0, state.indexed - self.options.ngram_max) : length].tolist()
-        state.table.count(new, start=min(state.indexed, self.options.ngram_max))
-        state.indexed = length
+        state.table.extend(context[:length])
         proposal, state.pending = state.pending, None
         if proposal is None:
             return
@@ -300,10 +257,8 @@ class SuffixTree(Drafter):
         for token in context[proposal.length : length].tolist():
             match = None
             for node in children.get(row, []):
-                cls = proposal.classes[node]
-                state.reached[cls] = state.reached.get(cls, 0.0) + 1
+                state.verdicts.add(proposal.classes[node], proposal.tokens[node] == token)
                 if proposal.tokens[node] == token:
-                    state.accepted[cls] = state.accepted.get(cls, 0.0) + 1
                     match = node
             if match is None:
                 return
