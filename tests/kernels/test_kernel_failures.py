@@ -94,3 +94,15 @@ def test_attention_refuses_a_position_beyond_its_rotary_tables(kernel_path):
                                  d ** -0.5).shape == (T, H * d)
     with pytest.raises(KernelError, match="a position outside the rotary tables' 4 rows"):
         kernel_path.attention(qkv, caches, 0, cos, sin, torch.tensor([3, 4]), H, 0, d ** -0.5)
+
+
+def test_attention_refuses_a_mask_that_does_not_cover_its_rows_and_keys(kernel_path):
+    """C reads a row's mask at rows x (start + rows) bytes: a smaller mask would be read past."""
+    if kernel_path.name == "torch":
+        pytest.skip("torch: no C kernels")
+    from specdecode.kernels.torch_path import CacheRows
+
+    keys, values = torch.zeros(1, 1, 8, 16), torch.zeros(1, 1, 8, 16)
+    short = torch.ones(2, 3, dtype=torch.bool)  # 2 rows after 2 cached keys need [2, 4]
+    with pytest.raises(KernelError, match=r"a mask is not \[rows, start \+ rows\] bool"):
+        kernel_path.attention_inputs([CacheRows(keys, values, 2, 2, short)])

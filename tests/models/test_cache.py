@@ -94,7 +94,7 @@ def test_static_cache_rollback_moves_length_and_rejects_growing():
     cache.rollback(1)
     cache.rollback(0)
     assert cache.length == 0
-    with pytest.raises(AssertionError):
+    with pytest.raises(ValueError, match="cannot roll a cache of 0 entries back to 1"):
         cache.rollback(1)
 
 

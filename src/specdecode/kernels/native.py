@@ -267,6 +267,9 @@ class CKernels:
 
     def attention_inputs(self, caches: Sequence[CacheRows]) -> "_Caches":
         """What `attention` reads of a step's caches, made once for every layer of the step."""
+        _require(all(c.mask is None or (c.mask.dtype == torch.bool and tuple(c.mask.shape)
+                                        == (c.rows, c.start + c.rows)) for c in caches),
+                 "attention", "a mask is not [rows, start + rows] bool")
         masks = [None if c.mask is None else c.mask.contiguous() for c in caches]  # held: read
         _require(all(c.keys.is_contiguous() and c.values.is_contiguous() for c in caches),
                  "attention", "a KV cache is not contiguous")

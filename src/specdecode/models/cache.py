@@ -54,7 +54,9 @@ class StaticKVCache:
     def compact(self, base: int, positions: Sequence[int]) -> None:
         """Move the entries at `positions` (ascending, each >= base) to base, base + 1, .. and
         forget everything after them: a tree's accepted path packed behind the prefix."""
-        assert all(base <= p < self.length for p in positions), (base, positions, self.length)
+        if not all(base <= p < self.length for p in positions):
+            raise ValueError(f"cannot keep positions {list(positions)} of a cache of "
+                             f"{self.length} entries behind {base}")
         kept = base + len(positions)
         if list(positions) != list(range(base, kept)):  # a chain's prefix needs no copy
             index = torch.tensor(positions, dtype=torch.long)
@@ -65,6 +67,8 @@ class StaticKVCache:
         self.rollback(kept)
 
     def rollback(self, length: int) -> None:
-        """Forget every entry at position >= length."""
-        assert 0 <= length <= self.length, (length, self.length)
+        """Forget every entry at position >= length (a rollback never grows the cache: the
+        entries past its length hold nothing valid)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll a cache of {self.length} entries back to {length}")
         self.length = length

@@ -328,8 +328,6 @@ class NativeDecoder:
             seg.cache.reserve(seg.rows)
             if self._tables[0][0].shape[0] < seg.cache.capacity:
                 self._rope_cache(seg.cache.capacity)
-            assert seg.mask is None or seg.mask.shape == (seg.rows, starts[-1] + seg.rows), \
-                (seg.mask.shape, seg.rows, starts[-1])
         positions = torch.cat([torch.arange(start, start + seg.rows) if seg.positions is None
                                else seg.positions for seg, start in zip(segments, starts)])
         k = self.kernels

@@ -17,7 +17,8 @@ class HFCache:
         self.cache, self.length = cache, 0
 
     def rollback(self, length: int) -> None:
-        assert 0 <= length <= self.length, (length, self.length)
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll a cache of {self.length} entries back to {length}")
         if length < self.length:
             self.cache.crop(length - self.length)  # transformers 5: a negative count drops
         self.length = length
