@@ -120,7 +120,7 @@ class EmulatedLibrary:
         return struct.unpack("<q", self._receive(8))[0]
 
     def attention(self, qkv, keys, values, capacity, starts, rows, masks, S, layer, cos, sin,
-                  positions, out, H, G, d, window, scale, kv_f16, threads) -> int:
+                  rope_rows, positions, out, H, G, d, window, scale, kv_f16, threads) -> int:
         """Ships the layer's part of each cache; the driver runs it as a one-layer cache."""
         def ints(pointer: int) -> list[int]:
             return np.frombuffer(_read(pointer, S, np.int64), np.int64).tolist()
@@ -132,10 +132,12 @@ class EmulatedLibrary:
         keys = [k + offset for k, offset in zip(keys, layer_bytes)]
         values = [v + offset for v, offset in zip(values, layer_bytes)]
         T = sum(rows)
-        rope_rows = int(np.frombuffer(_read(positions, T, np.int64), np.int64).max()) + 1
+        # the rows the positions read (the driver's attention checks them against rope_rows)
+        read = np.frombuffer(_read(positions, T, np.int64), np.int64)
+        shipped = int(min(max(read.max(), 0) + 1, rope_rows)) if T else 0
         width = (H + 2 * G) * d
-        message = [struct.pack("<i9qf", 3, S, H, G, d, kv_f16, threads, rope_rows, T, window,
-                               scale)]
+        message = [struct.pack("<i10qf", 3, S, H, G, d, kv_f16, threads, shipped, rope_rows, T,
+                               window, scale)]
         for s in range(S):
             message.append(struct.pack("<4q", starts[s], rows[s], capacity[s], masks[s] != 0))
         message.append(_read(qkv, T * width, np.float32))
@@ -144,7 +146,7 @@ class EmulatedLibrary:
             message += [_read(keys[s], cache, kv), _read(values[s], cache, kv)]
             if masks[s]:
                 message.append(_read(masks[s], rows[s] * (starts[s] + rows[s]), np.uint8))
-        message += [_read(cos, rope_rows * d, np.float32), _read(sin, rope_rows * d, np.float32),
+        message += [_read(cos, shipped * d, np.float32), _read(sin, shipped * d, np.float32),
                     _read(positions, T, np.int64)]
         self._send(b"".join(message))
         status = self._status()

@@ -68,15 +68,15 @@ int main(void) {
             int64_t macs = kernel_peak(iterations, (int)threads);
             put(&status, sizeof status);
             put(&macs, sizeof macs);
-        } else if (op == 3) { /* attention: S H G d kv_f16 threads rope_rows T window scale(float),
-                                 then per sequence
-                                 start rows capacity has_mask; qkv, per sequence the layer's keys
-                                 values [mask], cos sin positions -> out qkv, per sequence keys
+        } else if (op == 3) { /* attention: S H G d kv_f16 threads shipped rope_rows T window
+                                 scale(float), then per sequence start rows capacity has_mask;
+                                 qkv, per sequence the layer's keys values [mask], the shipped
+                                 rows of cos and sin, positions -> out qkv, per sequence keys
                                  values */
             int64_t S = size(), H = size(), G = size(), d = size(), kv_f16 = size();
             int64_t threads = size();
             const size_t number = kv_f16 ? 2 : sizeof(float);
-            int64_t rope_rows = size(), T = size(), window = size();
+            int64_t shipped = size(), rope_rows = size(), T = size(), window = size();
             float scale;
             get(&scale, sizeof scale);
             int64_t *starts = calloc(S + 1, sizeof(int64_t)), *rows = calloc(S + 1, sizeof(int64_t));
@@ -93,13 +93,13 @@ int main(void) {
                 masks[s] = has_mask[s] ? read_array((size_t)(rows[s] * (starts[s] + rows[s])))
                                        : NULL;
             }
-            float *cos = read_array(sizeof(float) * rope_rows * d);
-            float *sin = read_array(sizeof(float) * rope_rows * d);
+            float *cos = read_array(sizeof(float) * shipped * d);
+            float *sin = read_array(sizeof(float) * shipped * d);
             int64_t *positions = read_array(sizeof(int64_t) * T);
             float *out = calloc(T * H * d + 1, sizeof(float));
             status = attention(qkv, keys, values, capacity, starts, rows,
-                               (const uint8_t *const *)masks, S, 0, cos, sin, positions, out, H,
-                               G, d, window, scale, (int)kv_f16, threads);
+                               (const uint8_t *const *)masks, S, 0, cos, sin, rope_rows,
+                               positions, out, H, G, d, window, scale, (int)kv_f16, threads);
             put(&status, sizeof status);
             put(out, sizeof(float) * T * H * d);
             put(qkv, qkv_bytes);

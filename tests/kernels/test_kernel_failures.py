@@ -59,7 +59,8 @@ def test_decoder_layers_refuses_a_layer_index_outside_its_stack(kernel_path):
     for index in (2, -1):
         layers = torch.tensor([index], dtype=torch.int64)
         status = library.decoder_layers(x.data_ptr(), 1, stack.data_ptr(), layers.data_ptr(), 1,
-                                        *[0] * 6, 1, 0, 0, 1, 0, ctypes.c_float(1e-6), 1, 1)
+                                        *[0] * 6, 1, 0, 0, 1, 4, 0, ctypes.c_float(1e-6), 1,
+                                        1)
         assert status == 1
 
 
@@ -106,3 +107,30 @@ def test_attention_refuses_a_mask_that_does_not_cover_its_rows_and_keys(kernel_p
     short = torch.ones(2, 3, dtype=torch.bool)  # 2 rows after 2 cached keys need [2, 4]
     with pytest.raises(KernelError, match=r"a mask is not \[rows, start \+ rows\] bool"):
         kernel_path.attention_inputs([CacheRows(keys, values, 2, 2, short)])
+
+
+def test_the_attention_kernel_itself_refuses_a_position_outside_its_rotary_tables(kernel_path):
+    """The size check in C, behind the Python one: called directly with a position one past the
+    tables' rows, the kernel returns 1 and writes nothing."""
+    library = getattr(kernel_path, "_library", None)
+    if library is None:
+        pytest.skip("torch: no C kernels")
+    H, G, d, T = 2, 1, 16, 1
+    qkv = torch.randn(T, (H + 2 * G) * d)
+    before = qkv.clone()
+    keys, values = torch.zeros(G, 8, d), torch.zeros(G, 8, d)
+    cos, sin = torch.ones(4, d), torch.zeros(4, d)
+    out = torch.zeros(T, H * d)
+    arrays = [torch.tensor([t.data_ptr()], dtype=torch.int64) for t in (keys, values)]
+    capacity, starts, rows = (torch.tensor([n], dtype=torch.int64) for n in (8, 0, T))
+    masks = torch.zeros(1, dtype=torch.int64)
+    for position, expected in ((4, 1), (-1, 1), (3, 0)):
+        positions = torch.tensor([position])  # held: C reads it
+        status = library.attention(qkv.data_ptr(), arrays[0].data_ptr(), arrays[1].data_ptr(),
+                                   capacity.data_ptr(), starts.data_ptr(), rows.data_ptr(),
+                                   masks.data_ptr(), 1, 0, cos.data_ptr(), sin.data_ptr(), 4,
+                                   positions.data_ptr(), out.data_ptr(), H, G, d, 0,
+                                   0.25, 0, 1)
+        assert status == expected
+        if expected:
+            assert torch.equal(qkv, before) and not keys.any()

@@ -261,7 +261,8 @@ class CKernels:
         status = self._library.decoder_layers(
             x.data_ptr(), x.shape[0], stack.numbers.data_ptr(), order.data_ptr(), len(order),
             *caches.pointers, len(rows), cos.data_ptr(), sin.data_ptr(), len(tables),
-            positions.data_ptr(), eps, _KV[rows[0].keys.dtype], torch.get_num_threads())
+            min(t[0].shape[0] for t in tables), positions.data_ptr(), eps,
+            _KV[rows[0].keys.dtype], torch.get_num_threads())
         _check(status, "decoder_layers")
         return x
 
@@ -308,7 +309,7 @@ class CKernels:
         out = torch.empty(T, num_heads * d, dtype=torch.float32)
         status = self._library.attention(
             qkv.data_ptr(), *caches.pointers, len(rows), layer, cos.data_ptr(), sin.data_ptr(),
-            positions.data_ptr(), out.data_ptr(), num_heads, G, d, window, scale,
+            cos.shape[0], positions.data_ptr(), out.data_ptr(), num_heads, G, d, window, scale,
             _KV[rows[0].keys.dtype], torch.get_num_threads())
         _check(status, "attention")
         return out

@@ -240,8 +240,9 @@ static void attention_task(void *context, int thread, int threads) {
 int attention(float *qkv, void *const *caches_k, void *const *caches_v,
               const int64_t *capacity, const int64_t *starts, const int64_t *rows,
               const uint8_t *const *masks, int64_t S, int64_t layer, const float *cos,
-              const float *sin, const int64_t *positions, float *out, int64_t H, int64_t G,
-              int64_t d, int64_t window, float scale, int kv_f16, int threads) {
+              const float *sin, int64_t rope_rows, const int64_t *positions, float *out,
+              int64_t H, int64_t G, int64_t d, int64_t window, float scale, int kv_f16,
+              int threads) {
     if (d % 16 || H % G || window < 0 || (kv_f16 != 0 && kv_f16 != 1)) return 1;
     const size_t number = kv_f16 ? sizeof(uint16_t) : sizeof(float);
     int64_t T = 0, seen_total = 0, longest = 0;
@@ -252,6 +253,8 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
         seen_total += rows[s] * (end + VL); /* a row's keys, padded to a multiple of VL */
         longest = end > longest ? end : longest;
     }
+    for (int64_t t = 0; t < T; t++) /* a row of the rotary tables for each, before any write */
+        if (positions[t] < 0 || positions[t] >= rope_rows) return 1;
     const int64_t width = (H + 2 * G) * d;
     int64_t *index = malloc(sizeof(int64_t) * (size_t)(seen_total + 3 * T + 3 * T * G + 1));
     void **by_row = malloc(sizeof(void *) * (size_t)(2 * T + 1));

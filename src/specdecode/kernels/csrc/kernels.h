@@ -48,19 +48,20 @@ int64_t kernel_peak(int64_t iterations, int threads);
  * caches_k[s], caches_v[s]: [layers, G, capacity[s], d], fp16 if kv_f16 is 1, else fp32, its new
  * k and v written (rounded to fp16 if so) in the layer's part at starts[s]..starts[s]+rows[s]-1;
  * masks[s]: [rows[s], starts[s] + rows[s]] bytes, 1 where a row may attend, or NULL for causal;
- * cos, sin: [>= max position + 1, d]; positions: [T]; window: a row sees only keys less than
- * `window` positions behind its own (0: all); scale: the scores' factor (1 / sqrt(d) mostly);
- * out: [T, H d]. d must be a multiple of 16. */
+ * cos, sin: [rope_rows, d]; positions: [T], each in [0, rope_rows) (else 1, before any write);
+ * window: a row sees only keys less than `window` positions behind its own (0: all); scale: the
+ * scores' factor (1 / sqrt(d) mostly); out: [T, H d]. d must be a multiple of 16. */
 int attention(float *qkv, void *const *caches_k, void *const *caches_v,
               const int64_t *capacity, const int64_t *starts, const int64_t *rows,
               const uint8_t *const *masks, int64_t S, int64_t layer, const float *cos,
-              const float *sin, const int64_t *positions, float *out, int64_t H, int64_t G,
-              int64_t d, int64_t window, float scale, int kv_f16, int threads);
+              const float *sin, int64_t rope_rows, const int64_t *positions, float *out,
+              int64_t H, int64_t G, int64_t d, int64_t window, float scale, int kv_f16,
+              int threads);
 
 /* The decoder layers `layers[0..n_layers-1]` (indices into `stack`) of a model on its residual
  * stream x: [T, hidden], updated in place (layers.c); the caches and rows as for `attention`,
  * which each layer calls with its own index. Every sequence has at most 64 rows. cos[i], sin[i]
- * for i < tables: the rotary tables a layer may name.
+ * for i < tables: the rotary tables a layer may name, each [rope_rows, d].
  * stack: STACK_HEADER numbers (hidden, heads H, KV heads G, head size d, the MLP's inner size,
  * the number of layer records: a `layers` entry outside them is refused; the activation, 0 SwiGLU
  * or 1 GeGLU (tanh form); attention's score scale as the bits of an fp32 number),
@@ -79,8 +80,8 @@ int decoder_layers(float *x, int64_t T, const int64_t *stack, const int64_t *lay
                    int64_t n_layers, void *const *caches_k, void *const *caches_v,
                    const int64_t *capacity, const int64_t *starts, const int64_t *rows,
                    const uint8_t *const *masks, int64_t S, const float *const *cos,
-                   const float *const *sin, int64_t tables, const int64_t *positions, float eps,
-                   int kv_f16, int threads);
+                   const float *const *sin, int64_t tables, int64_t rope_rows,
+                   const int64_t *positions, float eps, int kv_f16, int threads);
 
 /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w; x, out: [T, H]; H a multiple of 16. */
 int rms_norm(const float *x, const float *w, float *out, int64_t T, int64_t H, float eps);

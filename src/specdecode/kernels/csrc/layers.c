@@ -69,8 +69,8 @@ int decoder_layers(float *x, int64_t T, const int64_t *stack, const int64_t *lay
                    int64_t n_layers, void *const *caches_k, void *const *caches_v,
                    const int64_t *capacity, const int64_t *starts, const int64_t *rows,
                    const uint8_t *const *masks, int64_t S, const float *const *cos,
-                   const float *const *sin, int64_t tables, const int64_t *positions, float eps,
-                   int kv_f16, int threads) {
+                   const float *const *sin, int64_t tables, int64_t rope_rows,
+                   const int64_t *positions, float eps, int kv_f16, int threads) {
     const int64_t hidden = stack[0], H = stack[1], G = stack[2], d = stack[3], inner = stack[4];
     const int64_t activation = stack[6];
     if (T < 1 || hidden < 1 || H < 1 || G < 1 || d < 1 || inner < 1) return 1;
@@ -107,8 +107,8 @@ int decoder_layers(float *x, int64_t T, const int64_t *stack, const int64_t *lay
         OR_STOP(matrix(qkv, NORM(INPUT_NORM) ? h : x, wide, spare, T, threads));
         if (NORM(Q_NORM)) OR_STOP(head_norm(wide, NORM(Q_NORM), NORM(K_NORM), T, H, G, d, eps));
         OR_STOP(attention(wide, caches_k, caches_v, capacity, starts, rows, masks, S, layers[l],
-                          cos[table], sin[table], positions, o, H, G, d, layer[WINDOW], scale,
-                          kv_f16, threads));
+                          cos[table], sin[table], rope_rows, positions, o, H, G, d,
+                          layer[WINDOW], scale, kv_f16, threads));
         OR_STOP(matrix(out, o, y, spare, T, threads));
         if (NORM(ATTENTION_OUT_NORM))
             OR_STOP(rms_norm(y, NORM(ATTENTION_OUT_NORM), y, T, hidden, eps));
