@@ -1,8 +1,8 @@
 """Drafting with a model of another tokenizer (`draft --draft-model` whose vocabulary is not the
 target's; `draft` builds this drafter then): text is the common ground. The drafter reads the
 context as text in its own tokens, drafts greedily, and its text becomes the target's tokens,
-which the target verifies like any draft — the string-level exact match of Timor et al. (ICML
-2025, heterogeneous vocabularies).
+which the target verifies like any draft (text as the bridge between vocabularies, as in Timor
+et al., ICML 2025, on speculative decoding with heterogeneous vocabularies).
 
 Lossless under greedy decoding and sampling alike: the draft is deterministic (no q), so the
 verifier accepts a drafted token with the target's own probability of it and a rejection samples
