@@ -125,6 +125,29 @@ def draft_chain(
     return Draft(torch.stack(tokens).long(), q, forwards, chances=torch.tensor(chances))
 
 
+class ForwardClock:
+    """A draft model's seconds per forward: a moving average (WEIGHT on the newest) over its
+    drafting steps; a step feeding more than CATCH_UP tokens is a prompt's first reading, not
+    timed. `cost` puts a forward in the step's tokens: a node is worth its forward when its
+    chance brings more than that on top of what its row costs (the budget's min_chance)."""
+
+    WEIGHT = 0.1
+    CATCH_UP = 16
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def cost(self, budget) -> float:
+        return self.seconds / budget.token_seconds if budget.token_seconds > 0 else 0.0
+
+    def record(self, fed: int, seconds: float, forwards: int) -> None:
+        """A drafting call that fed `fed` tokens and made `forwards` forwards in `seconds`."""
+        if fed <= self.CATCH_UP:
+            each = seconds / forwards
+            self.seconds = each if not self.seconds else (
+                (1 - self.WEIGHT) * self.seconds + self.WEIGHT * each)
+
+
 def create_drafter(method: str, model: "LoadedModel", options=None) -> Drafter:
     """The drafter registered as `method`, built with `options` (its Options; default: its
     defaults)."""

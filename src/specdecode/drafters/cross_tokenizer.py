@@ -29,10 +29,9 @@ from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.sampling import SamplingParams
 from ..core.target import forward
-from .base import draft_chain, drafter_class
+from .base import ForwardClock, draft_chain, drafter_class
 
 OVERLAP = 3  # context tokens retokenized with the draft's text, to find the boundary
-FORWARD_WEIGHT = 0.1  # weight of the newest draft in `forward_seconds`
 GREEDY = SamplingParams(temperature=0.0)
 
 
@@ -54,7 +53,7 @@ class CrossTokenizerDraft(Drafter):
         self.target_tokenizer = target_tokenizer
         self.label, self.window = label, window
         self.stops = frozenset(drafter.eos_token_ids)
-        self.forward_seconds = 0.0  # a drafter forward's seconds, moving average
+        self.clock = ForwardClock()
 
     @classmethod
     def create(cls, model, options) -> Drafter:
@@ -81,17 +80,13 @@ class CrossTokenizerDraft(Drafter):
         length = min(budget.nodes, budget.depth, self.drafter.target.max_length - len(ids) - 1)
         if length < 1 or keep == len(ids):
             return EMPTY_DRAFT
-        forward_cost = (self.forward_seconds / budget.token_seconds
-                        if budget.token_seconds > 0 else 0.0)
+        forward_cost = self.clock.cost(budget)
         t0 = time.perf_counter()
         # one drafter token more than the target may take: the last one's word may be cut
         chain = draft_chain(lambda tokens: forward(self.drafter.target, state.cache, tokens),
                             torch.tensor(ids[keep:]), length + 1, GREEDY, None,
                             stop_below=budget.min_chance + forward_cost)
-        if len(ids) - keep <= 16:  # a drafting step, not the first reading of a prompt
-            seconds = (time.perf_counter() - t0) / chain.forwards
-            self.forward_seconds = seconds if not self.forward_seconds else (
-                (1 - FORWARD_WEIGHT) * self.forward_seconds + FORWARD_WEIGHT * seconds)
+        self.clock.record(len(ids) - keep, time.perf_counter() - t0, chain.forwards)
         drafted = chain.tokens.tolist()
         state.cached = ids + drafted[:chain.forwards - 1]  # what it fed
         return self._in_target_tokens(context, drafted, chain.chances, length)

@@ -21,15 +21,13 @@ from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.target import Target, forward
 from ..errors import InvalidParameterError, VocabularyMismatchError
-from .base import draft_chain, option, register
+from .base import ForwardClock, draft_chain, option, register
 from .cross_tokenizer import CrossTokenizerDraft
 from .lookup import MatchEvidence
 from .ngrams import NgramIndex
 from .vocabulary import proposable_ids
 
 
-FORWARD_WEIGHT = 0.1  # weight of the newest draft in `forward_seconds`
-CATCH_UP = 16  # a step feeding more tokens than this is a prompt's first: not timed as a draft
 NET_WEIGHT = 0.2  # weight of the newest draft model step in a sequence's `net`
 
 
@@ -73,7 +71,7 @@ class DraftModel(Drafter):
         self.model = model  # logits over `vocabulary` when given: [V'] int64 token ids
         self.label, self.ngram, self.window = label, ngram, window
         self.vocabulary, self.vocab_size = vocabulary, vocab_size
-        self.forward_seconds = 0.0  # a draft forward's seconds, moving average
+        self.clock = ForwardClock()
 
     @classmethod
     def unavailable(cls, model, options: Options) -> str | None:
@@ -135,10 +133,7 @@ class DraftModel(Drafter):
         length = min(budget.nodes, budget.depth, self.model.max_length - context.shape[0])
         if length < 1:  # the draft model's context window is full: let the target go on alone
             return EMPTY_DRAFT
-        # a forward's seconds in the step's tokens: a node is worth its forward when its chance
-        # brings more than that on top of what its row costs (min_chance)
-        forward_cost = (self.forward_seconds / budget.token_seconds
-                        if budget.token_seconds > 0 else 0.0)
+        forward_cost = self.clock.cost(budget)
         match = self._match(state, seq.context, length, budget.min_chance)
         state.matched = (match is not None and state.net is not None
                          and float(match.chances.sum()) >= state.net)
@@ -148,10 +143,7 @@ class DraftModel(Drafter):
         draft = draft_chain(lambda tokens: forward(self.model, state.cache, tokens),
                             context[keep:], length, seq.sampling, seq.generator,
                             self.vocabulary, self.vocab_size, budget.min_chance + forward_cost)
-        if context.shape[0] - keep <= CATCH_UP:  # not a prompt's first feed: a drafting step
-            seconds = (time.perf_counter() - t0) / draft.forwards
-            self.forward_seconds = seconds if not self.forward_seconds else (
-                (1 - FORWARD_WEIGHT) * self.forward_seconds + FORWARD_WEIGHT * seconds)
+        self.clock.record(context.shape[0] - keep, time.perf_counter() - t0, draft.forwards)
         state.cached = torch.cat([context, draft.tokens[:draft.forwards - 1]])  # what it fed
         state.cost = draft.forwards * forward_cost
         return draft
