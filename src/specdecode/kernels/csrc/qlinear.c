@@ -184,7 +184,10 @@ static void quantize_task(void *context, int thread, int threads) {
 /* rows 0..rows-1 of x against panels p..p+nb-1 (rows, nb, f constants after inlining). `next`:
  * the next `ahead` bytes of weights this thread will read (or NULL), requested a share per block
  * so that they arrive while this tile computes: from memory, the first tile of rows over a panel
- * group would otherwise wait for its weights, then compute, never both at once. */
+ * group would otherwise wait for its weights, then compute, never both at once. They are asked
+ * into L2, not L1 (locality 2): requests into L1 hold its few miss buffers and evict the tile's
+ * own weights and x, and the tile then waits on both (BENCHMARKS.md, issue 28: streamed Q4_K at
+ * 4 / 8 / 16 rows 25-35% faster). */
 ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct xblock *x,
                         const uint8_t *w, float *y, int64_t I, int64_t O, int64_t p,
                         const uint8_t *next, int64_t ahead) {
@@ -197,7 +200,7 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
         const int64_t j = b % per_super;
         if (next)
             for (int64_t byte = b * share; byte < (b + 1) * share && byte < ahead; byte += 64)
-                __builtin_prefetch(next + byte);
+                __builtin_prefetch(next + byte, 0, 2);
         vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
         const uint8_t *quants[QMAX_PANELS];
         for (int n = 0; n < nb; n++) {
