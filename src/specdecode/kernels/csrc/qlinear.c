@@ -181,7 +181,40 @@ static void quantize_task(void *context, int thread, int threads) {
     for (long long r = begin; r < end; r++) quantize_block(job->x + r * BLOCK, job->out + r);
 }
 
-/* rows 0..rows-1 of x against panels p..p+nb-1 (rows, nb, f constants after inlining). `next`:
+/* The scales and quants of block b of panels p..p+nb-1: D (per half block), w0, and where its
+ * packed quants start */
+ALWAYS_INLINE void panel_blocks(const int f, const int nb, const uint8_t *w, int64_t supers,
+                                int64_t p, int64_t b, vf D[][2], vf w0[],
+                                const uint8_t *quants[]) {
+    const int64_t j = b % blocks_per_super(f);
+    for (int n = 0; n < nb; n++) {
+        const uint8_t *s = w + ((p + n) * supers + b / blocks_per_super(f)) * super_bytes(f);
+        block_scales(f, s, j, D[n], &w0[n]);
+        quants[n] = s + VL * header_bytes(f) + j * VL * payload_bytes(f);
+    }
+}
+
+/* acc plus half h of a block's share for one row: D dx (its integer sum less the format's offset
+ * times the sum of q), plus w0 dsum. Every tile adds a row's blocks in this one way, so the row's
+ * result does not depend on which tile computed it. */
+ALWAYS_INLINE vf scaled(const int f, vf acc, vi isum, vf D, vf w0, const struct xblock *xb,
+                        int h) {
+    const vi off = viset1(offset(f) * xb->sum[halves(f) == 1 ? 0 : 1 + h]);
+    const vi s = offset(f) ? visub(isum, off) : isum;
+    acc = vfma(vcvt(s), vmul(D, vset1(xb->d)), acc);
+    return has_w0(f) ? vfma(w0, vset1(xb->dsum), acc) : acc;
+}
+
+/* the share of `ahead` bytes at `next` that block b of `blocks` asks into L2 (see tile) */
+ALWAYS_INLINE void prefetch_share(const uint8_t *next, int64_t ahead, int64_t b, int64_t blocks) {
+    if (!next) return;
+    const int64_t share = (ahead + blocks - 1) / blocks;
+    for (int64_t byte = b * share; byte < (b + 1) * share && byte < ahead; byte += 64)
+        __builtin_prefetch(next + byte, 0, 2);
+}
+
+/* rows 0..rows-1 of x against panels p..p+nb-1 (rows, nb, f constants after inlining), for calls
+ * of up to QROWS_PER_TILE rows: the rows' sums stay in registers. `next`:
  * the next `ahead` bytes of weights this thread will read (or NULL), requested a share per block
  * so that they arrive while this tile computes: from memory, the first tile of rows over a panel
  * group would otherwise wait for its weights, then compute, never both at once. They are asked
@@ -191,23 +224,15 @@ static void quantize_task(void *context, int thread, int threads) {
 ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct xblock *x,
                         const uint8_t *w, float *y, int64_t I, int64_t O, int64_t p,
                         const uint8_t *next, int64_t ahead) {
-    const int64_t blocks = I / BLOCK, per_super = blocks_per_super(f);
-    const int64_t supers = blocks / per_super, share = (ahead + blocks - 1) / blocks;
+    const int64_t blocks = I / BLOCK, supers = blocks / blocks_per_super(f);
     vf acc[QROWS_PER_TILE][QMAX_PANELS];
     for (int t = 0; t < rows; t++)
         for (int n = 0; n < nb; n++) acc[t][n] = vzero();
     for (int64_t b = 0; b < blocks; b++) {
-        const int64_t j = b % per_super;
-        if (next)
-            for (int64_t byte = b * share; byte < (b + 1) * share && byte < ahead; byte += 64)
-                __builtin_prefetch(next + byte, 0, 2);
+        prefetch_share(next, ahead, b, blocks);
         vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
         const uint8_t *quants[QMAX_PANELS];
-        for (int n = 0; n < nb; n++) {
-            const uint8_t *s = w + ((p + n) * supers + b / per_super) * super_bytes(f);
-            block_scales(f, s, j, D[n], &w0[n]);
-            quants[n] = s + VL * header_bytes(f) + j * VL * payload_bytes(f);
-        }
+        panel_blocks(f, nb, w, supers, p, b, D, w0, quants);
         /* both halves' sums in one pass over the quants: each group is unpacked once */
         vi isum[2][QROWS_PER_TILE][QMAX_PANELS];
         for (int h = 0; h < halves(f); h++)
@@ -225,16 +250,57 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
                 }
             }
         for (int h = 0; h < halves(f); h++)
-            for (int t = 0; t < rows; t++) {
-                const struct xblock *xb = &x[t * blocks + b];
-                const vf dx = vset1(xb->d);
-                const vi off = viset1(offset(f) * xb->sum[halves(f) == 1 ? 0 : 1 + h]);
-                for (int n = 0; n < nb; n++) {
-                    const vi s = offset(f) ? visub(isum[h][t][n], off) : isum[h][t][n];
-                    acc[t][n] = vfma(vcvt(s), vmul(D[n][h], dx), acc[t][n]);
-                    if (has_w0(f)) acc[t][n] = vfma(w0[n], vset1(xb->dsum), acc[t][n]);
+            for (int t = 0; t < rows; t++)
+                for (int n = 0; n < nb; n++)
+                    acc[t][n] = scaled(f, acc[t][n], isum[h][t][n], D[n][h], w0[n],
+                                       &x[t * blocks + b], h);
+    }
+    for (int n = 0; n < nb; n++) {
+        const int64_t o = (p + n) * VL;
+        const int lanes = O - o < VL ? (int)(O - o) : VL;
+        for (int t = 0; t < rows; t++) vstore_first(y + t * O + o, acc[t][n], lanes);
+    }
+}
+
+/* rows 0..rows-1 (up to STREAM_ROWS, any number) of x against panels p..p+nb-1, for calls of
+ * more rows than a tile holds: each block of weights is unpacked once for all the rows (a tile
+ * unpacks it again for every QROWS_PER_TILE rows, and its unpacking and scales cost about as
+ * much as its dot products), and the rows' fp32 sums wait in L1 between blocks. A row gets the
+ * same operations in the same order as in a tile: bitwise the same result. */
+#define STREAM_ROWS 64
+ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struct xblock *x,
+                          const uint8_t *w, float *y, int64_t I, int64_t O, int64_t p,
+                          const uint8_t *next, int64_t ahead) {
+    const int64_t blocks = I / BLOCK, supers = blocks / blocks_per_super(f);
+    vf acc[STREAM_ROWS][QMAX_PANELS];
+    for (int t = 0; t < rows; t++)
+        for (int n = 0; n < nb; n++) acc[t][n] = vzero();
+    for (int64_t b = 0; b < blocks; b++) {
+        prefetch_share(next, ahead, b, blocks);
+        vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
+        const uint8_t *quants[QMAX_PANELS];
+        panel_blocks(f, nb, w, supers, p, b, D, w0, quants);
+        vi lo[QMAX_PANELS][4], hi[QMAX_PANELS][4];
+        for (int n = 0; n < nb; n++)
+            for (int g = 0; g < 4; g++) group(f, quants[n], g, &lo[n][g], &hi[n][g]);
+        for (int t = 0; t < rows; t++) {
+            const struct xblock *xb = &x[t * blocks + b];
+            for (int n = 0; n < nb; n++) {
+                /* lo and hi in separate sums (one per half where the format has two scales):
+                 * two dependency chains of 4 dot products instead of one of 8 (measured: a
+                 * single chain loses a quarter) */
+                vi isum[2] = {viset1(0), viset1(0)};
+                for (int g = 0; g < 4; g++) {
+                    isum[0] = dot(f, isum[0], lo[n][g], vbroadcast4(xb->q + 4 * g));
+                    isum[1] = dot(f, isum[1], hi[n][g], vbroadcast4(xb->q + 16 + 4 * g));
                 }
+                if (halves(f) == 1)
+                    acc[t][n] = scaled(f, acc[t][n], viadd(isum[0], isum[1]), D[n][0], w0[n], xb, 0);
+                else
+                    for (int h = 0; h < 2; h++)
+                        acc[t][n] = scaled(f, acc[t][n], isum[h], D[n][h], w0[n], xb, h);
             }
+        }
     }
     for (int n = 0; n < nb; n++) {
         const int64_t o = (p + n) * VL;
@@ -261,12 +327,17 @@ _Static_assert(QROWS_PER_TILE <= 4 && QMAX_PANELS <= 4, "add cases to qlinear_sh
     if (R <= QROWS_PER_TILE) \
         switch (nb) { PANELS(R, 1) PANELS(R, 2) PANELS(R, 3) PANELS(R, 4) } \
     break;
+#define STREAMED(NB) case NB: \
+    if (NB <= QMAX_PANELS) stream(f, NB, n, xr, job->w, yr, I, O, p, next, ahead); \
+    break;
 
 /* this thread's share of the output panels, for every row of x */
 ALWAYS_INLINE void qlinear_share(const struct qlinear_job *job, int thread, int threads,
                                  const int f) {
     const int64_t T = job->T, I = job->I, O = job->O, P = (O + VL - 1) / VL, blocks = I / BLOCK;
-    const int64_t rows = T < QROWS_PER_TILE ? T : QROWS_PER_TILE, group = QPANELS_FOR(rows);
+    const int streamed = T > QROWS_PER_TILE;
+    const int64_t rows = streamed ? STREAM_ROWS : T < QROWS_PER_TILE ? T : QROWS_PER_TILE;
+    const int64_t group = streamed ? QMAX_PANELS : QPANELS_FOR(rows);
     long long begin, end;
     share(P, thread, threads, &begin, &end);
     const int64_t panel_bytes = blocks / blocks_per_super(f) * super_bytes(f);
@@ -278,7 +349,12 @@ ALWAYS_INLINE void qlinear_share(const struct qlinear_job *job, int thread, int 
             float *yr = job->y + r * O;
             /* the first tile of rows brings the next panel group's weights in */
             const uint8_t *next = r == 0 && ahead > 0 ? job->w + (p + nb) * panel_bytes : NULL;
-            switch (T - r < rows ? T - r : rows) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) }
+            const int n = T - r < rows ? (int)(T - r) : (int)rows;
+            if (streamed) {
+                switch (nb) { STREAMED(1) STREAMED(2) STREAMED(3) STREAMED(4) }
+            } else {
+                switch (n) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) }
+            }
         }
     }
 }

@@ -29,7 +29,7 @@
  *   vi_and vi_or         bit by bit
  *   vshl_bits(a, n) vshr_bits(a, n)   every byte's bits shifted by n (0 < n < 8); bits may cross
  *                        into the neighbouring byte (x86 shifts 16-bit lanes): mask the result
- *   viset1 visub         32-bit lanes
+ *   viset1 visub viadd   32-bit lanes
  *   vcvt(a)              the 32-bit lanes as floats
  *   vbroadcast4(p)       the 4 bytes at p in every lane
  *   vdot4_u8(acc, u, x)  acc + the sum of the 4 products u x of a lane's bytes, u unsigned and

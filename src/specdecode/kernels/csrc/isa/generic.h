@@ -95,6 +95,11 @@ static inline vi visub(vi a, vi b) {
     for (int i = 0; i < VL; i++) r.lane[i] = a.lane[i] - b.lane[i];
     return r;
 }
+static inline vi viadd(vi a, vi b) {
+    vi r;
+    for (int i = 0; i < VL; i++) r.lane[i] = a.lane[i] + b.lane[i];
+    return r;
+}
 static inline vf vcvt(vi a) { LANEWISE((float)a.lane[i]); }
 static inline vi vbroadcast4(const int8_t *p) {
     vi r;

@@ -75,6 +75,7 @@ static inline vi vshl_bits(vi a, int n) {
 static inline vi vshr_bits(vi a, int n) { return vshl_bits(a, -n); }
 static inline vi viset1(int32_t a) { return vdupq_n_s32(a); }
 static inline vi visub(vi a, vi b) { return vsubq_s32(a, b); }
+static inline vi viadd(vi a, vi b) { return vaddq_s32(a, b); }
 static inline vf vcvt(vi a) { return vcvtq_f32_s32(a); }
 static inline vi vbroadcast4(const int8_t *p) {
     int32_t four;

@@ -34,6 +34,7 @@ static inline vi vshl_bits(vi a, int n) { return X86(slli_epi16)(a, n); }
 static inline vi vshr_bits(vi a, int n) { return X86(srli_epi16)(a, n); }
 static inline vi viset1(int32_t a) { return X86(set1_epi32)(a); }
 static inline vi visub(vi a, vi b) { return X86(sub_epi32)(a, b); }
+static inline vi viadd(vi a, vi b) { return X86(add_epi32)(a, b); }
 static inline vf vcvt(vi a) { return X86(cvtepi32_ps)(a); }
 static inline vi vbroadcast4(const int8_t *p) {
     int32_t four;
