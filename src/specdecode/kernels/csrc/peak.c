@@ -1,5 +1,6 @@
 /* The instruction peak of this path: `vdot4`, the block formats' integer dot product (simd.h), in
- * a loop that touches no memory, on every thread. `bench --floor` divides a step's multiply-adds
+ * a loop that touches no memory, on every thread; where the kernels sum byte pairs in 16 bits
+ * before widening (VDOT_PAIRS16), that cheaper form: `vdot2_16` and `vadd16`. `bench --floor` divides a step's multiply-adds
  * by it, so the gap between a kernel and the most its instructions can do is a number.
  *
  * CHAINS independent accumulators hide the instruction's latency (a few cycles on every CPU we
@@ -10,6 +11,11 @@
 #include "threads.h"
 
 #define CHAINS 8
+#ifdef VDOT_PAIRS16
+#define PEAK_DOT(acc, u, x) vadd16(acc, vdot2_16(u, x))
+#else
+#define PEAK_DOT(acc, u, x) vdot4(acc, u, x)
+#endif
 
 /* tells the compiler `v` may have changed, at no cost where it stays in a register: without it
  * a loop adding the same products could be folded into one multiplication */
@@ -45,14 +51,14 @@ static void peak_task(void *context, int thread, int threads) {
         OPAQUE(u3);
         OPAQUE(x0);
         OPAQUE(x1);
-        a0 = vdot4(a0, u0, x0);
-        a1 = vdot4(a1, u1, x0);
-        a2 = vdot4(a2, u2, x0);
-        a3 = vdot4(a3, u3, x0);
-        a4 = vdot4(a4, u0, x1);
-        a5 = vdot4(a5, u1, x1);
-        a6 = vdot4(a6, u2, x1);
-        a7 = vdot4(a7, u3, x1);
+        a0 = PEAK_DOT(a0, u0, x0);
+        a1 = PEAK_DOT(a1, u1, x0);
+        a2 = PEAK_DOT(a2, u2, x0);
+        a3 = PEAK_DOT(a3, u3, x0);
+        a4 = PEAK_DOT(a4, u0, x1);
+        a5 = PEAK_DOT(a5, u1, x1);
+        a6 = PEAK_DOT(a6, u2, x1);
+        a7 = PEAK_DOT(a7, u3, x1);
     }
     const vi all[CHAINS] = {a0, a1, a2, a3, a4, a5, a6, a7};
     int32_t lanes[VL * CHAINS], sum = 0;

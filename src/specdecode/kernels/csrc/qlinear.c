@@ -118,6 +118,27 @@ ALWAYS_INLINE vi dot(const int f, vi acc, vi u, vi x) {
     return bits(f) == 8 ? vdot4_u8(acc, u, x) : vdot4(acc, u, x);
 }
 
+/* acc + the dot products of u[g] and the 4 bytes of x at q + 4 g, g = 0..3, exactly. Where the
+ * instruction set sums byte pairs in 16 bits (VDOT_PAIRS16), the pairs of as many groups as stay
+ * below 2^15 are summed there before one widening: |u x0 + u x1| <= 2 * 127 u, so 4 groups for
+ * u < 32, 2 for u < 64 (Q6_K); the integer sums are the same, so the results are bitwise those
+ * of vdot4 one group at a time. */
+ALWAYS_INLINE vi dots(const int f, vi acc, const vi u[4], const int8_t *q) {
+#ifdef VDOT_PAIRS16
+    if (bits(f) <= 6) {
+        const int run = bits(f) == 6 ? 2 : 4;
+        for (int g = 0; g < 4; g += run) {
+            vi s = vdot2_16(u[g], vbroadcast4(q + 4 * g));
+            for (int k = 1; k < run; k++) s = vadd16(s, vdot2_16(u[g + k], vbroadcast4(q + 4 * (g + k))));
+            acc = vwiden16(acc, s);
+        }
+        return acc;
+    }
+#endif
+    for (int g = 0; g < 4; g++) acc = dot(f, acc, u[g], vbroadcast4(q + 4 * g));
+    return acc;
+}
+
 /* a block of 32 values of a row of x, rounded: x ~ d q; sum: of all q, of the first and of the
  * last 16; dsum = d sum[0] (what the block's w0 is multiplied with) */
 struct xblock {
@@ -289,11 +310,8 @@ ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struc
                 /* lo and hi in separate sums (one per half where the format has two scales):
                  * two dependency chains of 4 dot products instead of one of 8 (measured: a
                  * single chain loses a quarter) */
-                vi isum[2] = {viset1(0), viset1(0)};
-                for (int g = 0; g < 4; g++) {
-                    isum[0] = dot(f, isum[0], lo[n][g], vbroadcast4(xb->q + 4 * g));
-                    isum[1] = dot(f, isum[1], hi[n][g], vbroadcast4(xb->q + 16 + 4 * g));
-                }
+                const vi isum[2] = {dots(f, viset1(0), lo[n], xb->q),
+                                    dots(f, viset1(0), hi[n], xb->q + 16)};
                 if (halves(f) == 1)
                     acc[t][n] = scaled(f, acc[t][n], viadd(isum[0], isum[1]), D[n][0], w0[n], xb, 0);
                 else

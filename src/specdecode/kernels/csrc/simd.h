@@ -36,7 +36,11 @@
  *                        x signed in [-127, 127], exactly
  *   vdot4(acc, u, x)     the same for u < 128 (one instruction fewer on x86 without VNNI)
  * and optionally VDOT4_CENTERED with vdot4_centered(acc, u, x): acc + the sum of (u - 128) x,
- * where that is cheaper than vdot4_u8 (AVX2's sign trick)
+ * where that is cheaper than vdot4_u8 (AVX2's sign trick); and VDOT_PAIRS16 where vdot4 sums
+ * byte pairs in 16 bits first (x86 without VNNI), with its parts:
+ *   vdot2_16(u, x)       16-bit lanes: u0 x0 + u1 x1 of each byte pair, exact for u < 128
+ *   vadd16(a, b)         16-bit lanes added (wrapping)
+ *   vwiden16(acc, s)     acc + the sum of each 32-bit lane's two 16-bit lanes
  *
  * Everything else (the exponential below, the kernels) is written once over these.
  */

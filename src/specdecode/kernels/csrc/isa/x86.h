@@ -46,9 +46,15 @@ static inline vi vdot4(vi acc, vi u, vi x) { return DPBUSD(acc, u, x); }
 static inline vi vdot4_u8(vi acc, vi u, vi x) { return vdot4(acc, u, x); }
 #else /* byte pairs summed in 16 bits (saturating past 32767: u < 128 keeps them exact), then
          pairs of those in 32 */
-static inline vi vdot4(vi acc, vi u, vi x) {
-    return X86(add_epi32)(acc, X86(madd_epi16)(X86(maddubs_epi16)(u, x), X86(set1_epi16)(1)));
+/* several dot products' byte pairs may be summed in 16 bits before one widening (qlinear.c's
+ * `dots`): two instructions a dot product instead of three */
+#define VDOT_PAIRS16
+static inline vi vdot2_16(vi u, vi x) { return X86(maddubs_epi16)(u, x); }
+static inline vi vadd16(vi a, vi b) { return X86(add_epi16)(a, b); }
+static inline vi vwiden16(vi acc, vi s) {
+    return X86(add_epi32)(acc, X86(madd_epi16)(s, X86(set1_epi16)(1)));
 }
+static inline vi vdot4(vi acc, vi u, vi x) { return vwiden16(acc, vdot2_16(u, x)); }
 static inline vi vdot4_u8(vi acc, vi u, vi x) { /* u = 16 high + low, each part exact */
     const vi low = vi_and(u, vbytes(15)), high = vi_and(vshr_bits(u, 4), vbytes(15));
     return X86(add_epi32)(vdot4(acc, low, x), X86(slli_epi32)(vdot4(viset1(0), high, x), 4));
