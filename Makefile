@@ -28,7 +28,7 @@ $(MODELS): $(STAMP) src/specdecode/models/parts.py
 	  $$($(PY) -c "from specdecode.models.parts import all_requirements as r; print(r())")
 	touch $(MODELS)
 
-# llama.cpp's own programs (llama-speculative-simple, llama-bench) for `bench`'s llamacpp-bin
+# llama.cpp's own programs (llama-completion, llama-speculative-simple, llama-bench) for `bench`'s llamacpp-bin
 # peers and `bench --floor`, built with cmake from the llama.cpp tree that the llama-cpp-python
 # sdist vendors (from PyPI; ~15 minutes on 2 cores, once) into the cache bench looks in.
 LLAMA_CPP_PYTHON := 0.3.36
@@ -36,15 +36,15 @@ SPECDECODE_CACHE ?= $(HOME)/.cache/specdecode
 PEERS_DIR := $(SPECDECODE_CACHE)/llama.cpp
 PEERS_SRC := $(PEERS_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp
 
-peers: $(PEERS_DIR)/build/bin/llama-speculative-simple
+peers: $(PEERS_DIR)/build/bin/llama-completion
 
-$(PEERS_DIR)/build/bin/llama-speculative-simple: | $(STAMP)
+$(PEERS_DIR)/build/bin/llama-completion: | $(STAMP)
 	mkdir -p $(PEERS_DIR)
 	$(PIP) download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMA_CPP_PYTHON) -d $(PEERS_DIR)
 	tar xzf $(PEERS_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C $(PEERS_DIR)
 	cmake -S $(PEERS_SRC) -B $(PEERS_DIR)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
 	  -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
-	cmake --build $(PEERS_DIR)/build -j2 --target llama-bench llama-speculative-simple
+	cmake --build $(PEERS_DIR)/build -j2 --target llama-bench llama-speculative-simple llama-completion
 
 # The pair speculation is for: Qwen2.5-Coder-1.5B (Q4_K_M) drafted by its 0.5B, on a code task,
 # speculative (the 1.5B's default, `draft`) against plain decoding. One prompt is one sample: the
