@@ -234,6 +234,20 @@ ALWAYS_INLINE void prefetch_share(const uint8_t *next, int64_t ahead, int64_t b,
         __builtin_prefetch(next + byte, 0, 2);
 }
 
+/* a tile's fp32 sums: zeroed, and stored to rows 0..rows-1 of y (the panels' lanes that exist) */
+ALWAYS_INLINE void zero_sums(vf acc[][QMAX_PANELS], int rows, int nb) {
+    for (int t = 0; t < rows; t++)
+        for (int n = 0; n < nb; n++) acc[t][n] = vzero();
+}
+ALWAYS_INLINE void store_sums(vf acc[][QMAX_PANELS], int rows, int nb, float *y, int64_t O,
+                              int64_t p) {
+    for (int n = 0; n < nb; n++) {
+        const int64_t o = (p + n) * VL;
+        const int lanes = O - o < VL ? (int)(O - o) : VL;
+        for (int t = 0; t < rows; t++) vstore_first(y + t * O + o, acc[t][n], lanes);
+    }
+}
+
 /* rows 0..rows-1 of x against panels p..p+nb-1 (rows, nb, f constants after inlining), for calls
  * of up to QROWS_PER_TILE rows: the rows' sums stay in registers. `next`:
  * the next `ahead` bytes of weights this thread will read (or NULL), requested a share per block
@@ -247,8 +261,7 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
                         const uint8_t *next, int64_t ahead) {
     const int64_t blocks = I / BLOCK, supers = blocks / blocks_per_super(f);
     vf acc[QROWS_PER_TILE][QMAX_PANELS];
-    for (int t = 0; t < rows; t++)
-        for (int n = 0; n < nb; n++) acc[t][n] = vzero();
+    zero_sums(acc, rows, nb);
     for (int64_t b = 0; b < blocks; b++) {
         prefetch_share(next, ahead, b, blocks);
         vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
@@ -276,11 +289,7 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
                     acc[t][n] = scaled(f, acc[t][n], isum[h][t][n], D[n][h], w0[n],
                                        &x[t * blocks + b], h);
     }
-    for (int n = 0; n < nb; n++) {
-        const int64_t o = (p + n) * VL;
-        const int lanes = O - o < VL ? (int)(O - o) : VL;
-        for (int t = 0; t < rows; t++) vstore_first(y + t * O + o, acc[t][n], lanes);
-    }
+    store_sums(acc, rows, nb, y, O, p);
 }
 
 /* rows 0..rows-1 (up to STREAM_ROWS, any number) of x against panels p..p+nb-1, for calls of
@@ -294,8 +303,7 @@ ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struc
                           const uint8_t *next, int64_t ahead) {
     const int64_t blocks = I / BLOCK, supers = blocks / blocks_per_super(f);
     vf acc[STREAM_ROWS][QMAX_PANELS];
-    for (int t = 0; t < rows; t++)
-        for (int n = 0; n < nb; n++) acc[t][n] = vzero();
+    zero_sums(acc, rows, nb);
     for (int64_t b = 0; b < blocks; b++) {
         prefetch_share(next, ahead, b, blocks);
         vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
@@ -320,11 +328,7 @@ ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struc
             }
         }
     }
-    for (int n = 0; n < nb; n++) {
-        const int64_t o = (p + n) * VL;
-        const int lanes = O - o < VL ? (int)(O - o) : VL;
-        for (int t = 0; t < rows; t++) vstore_first(y + t * O + o, acc[t][n], lanes);
-    }
+    store_sums(acc, rows, nb, y, O, p);
 }
 
 struct qlinear_job {
