@@ -18,7 +18,10 @@ def test_generate_batch_returns_what_each_prompt_gets_alone(tiny_real_vocab_mode
 
 
 def test_generate_batch_seeds_prompt_i_with_seed_plus_i(tiny_real_vocab_model):
-    sd = SpecDecoder.load(str(tiny_real_vocab_model), "lookup")
+    # plain decoding: with a drafter, a batch's draft budget differs from one sequence's (rows are
+    # priced by the measured step cost), and which random numbers a sampled token takes depends
+    # on the drafts (its distribution does not): with lookup this test failed 3 runs in 8
+    sd = SpecDecoder.load(str(tiny_real_vocab_model), "ar")
     prompts = ["a b c", "d e f"]
     together = sd.generate_batch(prompts, max_new_tokens=6, temperature=1.0, seed=10)
     alone = [sd.generate(p, max_new_tokens=6, temperature=1.0, seed=10 + i)
