@@ -1,7 +1,8 @@
 /* The instruction peak of this path: `vdot4`, the block formats' integer dot product (simd.h), in
  * a loop that touches no memory, on every thread; where the kernels sum byte pairs in 16 bits
- * before widening (VDOT_PAIRS16), that cheaper form: `vdot2_16` and `vadd16`. `bench --floor` divides a step's multiply-adds
- * by it, so the gap between a kernel and the most its instructions can do is a number.
+ * before widening (VDOT_PAIRS16), that cheaper form: `vdot2_16` and `vadd16`. `bench --floor`
+ * divides a step's multiply-adds by it, so the gap between a kernel and the most its
+ * instructions can do is a number.
  *
  * CHAINS independent accumulators hide the instruction's latency (a few cycles on every CPU we
  * know) behind its throughput; with their operands they fit the 16 registers of the narrower

@@ -129,7 +129,8 @@ ALWAYS_INLINE vi dots(const int f, vi acc, const vi u[4], const int8_t *q) {
         const int run = bits(f) == 6 ? 2 : 4;
         for (int g = 0; g < 4; g += run) {
             vi s = vdot2_16(u[g], vbroadcast4(q + 4 * g));
-            for (int k = 1; k < run; k++) s = vadd16(s, vdot2_16(u[g + k], vbroadcast4(q + 4 * (g + k))));
+            for (int k = g + 1; k < g + run; k++)
+                s = vadd16(s, vdot2_16(u[k], vbroadcast4(q + 4 * k)));
             acc = vwiden16(acc, s);
         }
         return acc;
@@ -321,7 +322,8 @@ ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struc
                 const vi isum[2] = {dots(f, viset1(0), lo[n], xb->q),
                                     dots(f, viset1(0), hi[n], xb->q + 16)};
                 if (halves(f) == 1)
-                    acc[t][n] = scaled(f, acc[t][n], viadd(isum[0], isum[1]), D[n][0], w0[n], xb, 0);
+                    acc[t][n] = scaled(f, acc[t][n], viadd(isum[0], isum[1]), D[n][0], w0[n],
+                                       xb, 0);
                 else
                     for (int h = 0; h < 2; h++)
                         acc[t][n] = scaled(f, acc[t][n], isum[h], D[n][h], w0[n], xb, h);
