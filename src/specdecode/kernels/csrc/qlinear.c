@@ -227,12 +227,15 @@ ALWAYS_INLINE vf scaled(const int f, vf acc, vi isum, vf D, vf w0, const struct 
     return has_w0(f) ? vfma(w0, vset1(xb->dsum), acc) : acc;
 }
 
-/* the share of `ahead` bytes at `next` that block b of `blocks` asks into L2 (see tile) */
-ALWAYS_INLINE void prefetch_share(const uint8_t *next, int64_t ahead, int64_t b, int64_t blocks) {
+/* block b's share of the `ahead` bytes at `next` asked into L2 (see tile): as many bytes as
+ * the nb panels' block b occupies, a constant number of lines (a count known when compiling:
+ * the loop unrolls, where a computed share cost an eighth of a 1-row call in loop overhead) */
+ALWAYS_INLINE void prefetch_share(const int f, const int nb, const uint8_t *next, int64_t ahead,
+                                  int64_t b) {
     if (!next) return;
-    const int64_t share = (ahead + blocks - 1) / blocks;
-    for (int64_t byte = b * share; byte < (b + 1) * share && byte < ahead; byte += 64)
-        __builtin_prefetch(next + byte, 0, 2);
+    const int64_t share = nb * super_bytes(f) / blocks_per_super(f), start = b * share;
+    for (int64_t byte = 0; byte < share; byte += 64)
+        if (start + byte < ahead) __builtin_prefetch(next + start + byte, 0, 2);
 }
 
 /* a tile's fp32 sums: zeroed, and stored to rows 0..rows-1 of y (the panels' lanes that exist) */
@@ -264,13 +267,15 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
     vf acc[QROWS_PER_TILE][QMAX_PANELS];
     zero_sums(acc, rows, nb);
     for (int64_t b = 0; b < blocks; b++) {
-        prefetch_share(next, ahead, b, blocks);
+        prefetch_share(f, nb, next, ahead, b);
         vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
         const uint8_t *quants[QMAX_PANELS];
         panel_blocks(f, nb, w, supers, p, b, D, w0, quants);
-        /* both halves' sums in one pass over the quants: each group is unpacked once */
+        /* both halves' sums in one pass over the quants: each group is unpacked once; lo and
+         * hi in separate sums (two dependency chains of 4 dot products, not one of 8), added
+         * exactly where the format has one scale per block */
         vi isum[2][QROWS_PER_TILE][QMAX_PANELS];
-        for (int h = 0; h < halves(f); h++)
+        for (int h = 0; h < 2; h++)
             for (int t = 0; t < rows; t++)
                 for (int n = 0; n < nb; n++) isum[h][t][n] = viset1(0);
         for (int g = 0; g < 4; g++)
@@ -279,16 +284,20 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
                 group(f, quants[n], g, &lo, &hi);
                 for (int t = 0; t < rows; t++) {
                     const int8_t *q = x[t * blocks + b].q;
-                    const int last = halves(f) - 1;
                     isum[0][t][n] = dot(f, isum[0][t][n], lo, vbroadcast4(q + 4 * g));
-                    isum[last][t][n] = dot(f, isum[last][t][n], hi, vbroadcast4(q + 16 + 4 * g));
+                    isum[1][t][n] = dot(f, isum[1][t][n], hi, vbroadcast4(q + 16 + 4 * g));
                 }
             }
-        for (int h = 0; h < halves(f); h++)
-            for (int t = 0; t < rows; t++)
-                for (int n = 0; n < nb; n++)
-                    acc[t][n] = scaled(f, acc[t][n], isum[h][t][n], D[n][h], w0[n],
-                                       &x[t * blocks + b], h);
+        for (int t = 0; t < rows; t++)
+            for (int n = 0; n < nb; n++) {
+                const struct xblock *xb = &x[t * blocks + b];
+                if (halves(f) == 1)
+                    acc[t][n] = scaled(f, acc[t][n], viadd(isum[0][t][n], isum[1][t][n]),
+                                       D[n][0], w0[n], xb, 0);
+                else
+                    for (int h = 0; h < 2; h++)
+                        acc[t][n] = scaled(f, acc[t][n], isum[h][t][n], D[n][h], w0[n], xb, h);
+            }
     }
     store_sums(acc, rows, nb, y, O, p);
 }
@@ -306,7 +315,7 @@ ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struc
     vf acc[STREAM_ROWS][QMAX_PANELS];
     zero_sums(acc, rows, nb);
     for (int64_t b = 0; b < blocks; b++) {
-        prefetch_share(next, ahead, b, blocks);
+        prefetch_share(f, nb, next, ahead, b);
         vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
         const uint8_t *quants[QMAX_PANELS];
         panel_blocks(f, nb, w, supers, p, b, D, w0, quants);
