@@ -136,3 +136,85 @@ def test_a_step_drafted_from_a_match_leaves_the_draft_models_record_of_its_cache
     assert state.cached.shape[0] == state.cache.length
     seq.context = torch.cat([seq.context, first.tokens])  # the old draft's tokens come back
     drafter.propose(seq, budget)  # must not keep more than the cache holds
+
+
+def test_a_draft_model_growing_trees_keeps_greedy_output_and_drafts_branches(make_target):
+    config = GenerationConfig(40)
+    plain = generate(make_target(11), NoDrafter(), PROMPT, config, None)
+    drafter = DraftModel(make_target(12), width=3)
+    drafts: list = []
+    propose = drafter.propose
+    drafter.propose = lambda seq, budget: _record_draft(propose(seq, budget), drafts)
+    result = generate(make_target(11), drafter, PROMPT, config, DraftLimit(8, 4))
+    assert result.token_ids == plain.token_ids
+    branched = [d for d in drafts if d.parents is not None and not d.tree.is_chain]
+    # the mock target cannot append under a mask: its drafter stays a chain
+    assert bool(branched) == (drafter.width == 3)
+
+
+def _native(tiny_llama):
+    from specdecode.models.decoder import NativeDecoder
+
+    return NativeDecoder.from_hf(tiny_llama(12, vocab=16, layers=2, max_positions=256))
+
+
+def test_a_tree_draft_lists_nodes_best_first_parents_before_children_within_its_caps(
+        tiny_llama):
+    from specdecode.drafters.draft_model import draft_tree
+
+    model = _native(tiny_llama)
+    draft, fed, _ = draft_tree(model, model.new_cache(), torch.tensor(PROMPT), 4, 9, 3, None,
+                            0.0, 0.0)
+    assert len(draft) == 9 and draft.tree.depth <= 4
+    assert bool((draft.parents < torch.arange(len(draft))).all())
+    assert bool((draft.chances[1:] <= draft.chances[:-1]).all())
+    children = [int((draft.parents == p).sum()) for p in range(-1, len(draft))]
+    assert max(children) <= 3  # at most `width` continuations of a node
+    # every fed node's parent was fed before it (its logits drafted the node)
+    assert all(-1 <= parent < i for i, (_, parent) in enumerate(fed))
+
+
+def test_a_tree_one_wide_is_the_chain_drafted_alone(tiny_llama):
+    from specdecode.drafters.base import draft_chain
+    from specdecode.drafters.draft_model import draft_tree
+
+    model = _native(tiny_llama)
+    tree, _, _ = draft_tree(model, model.new_cache(), torch.tensor(PROMPT), 5, 5, 1, None, 0.1,
+                         0.2)
+    cache = model.new_cache()
+    chain = draft_chain(lambda t: model.logits(model.hidden(cache, t)), torch.tensor(PROMPT), 5,
+                        SamplingParams(), None, stop_below=0.3)
+    assert tree.tokens.tolist() == chain.tokens.tolist()
+    assert tree.tree.is_chain
+
+
+def test_after_a_tree_step_the_draft_models_cache_holds_the_path_the_context_took(
+        tiny_llama):
+    """The entries kept of a tree are those of the accepted path, packed behind the prefix: the
+    cache then matches feeding the context in one chain (to rounding: its rows attended to other
+    cache places)."""
+    from types import SimpleNamespace
+
+    from specdecode.core.budget import DraftBudget
+
+    model = _native(tiny_llama)
+    drafter = DraftModel(model, width=3)
+    seq = SimpleNamespace(context=torch.tensor(PROMPT), sampling=SamplingParams(),
+                          generator=None, drafter_state=None)
+    drafter.start(seq)
+    draft = drafter.propose(seq, DraftBudget(9, 4))
+    deepest = max(range(len(draft)), key=lambda n: int(draft.tree.depths[n]))
+    path, node = [], deepest
+    while node >= 0:
+        path.insert(0, int(draft.tokens[node]))
+        node = int(draft.parents[node])
+    assert len(path) >= 2 and not draft.tree.is_chain
+    seq.context = torch.tensor(PROMPT + path + [0])  # the path accepted, then the target's token
+    drafter.propose(seq, DraftBudget(1, 1))
+    state = seq.drafter_state
+    kept = len(PROMPT) + len(path)
+    assert state.cached.tolist()[:kept] == seq.context.tolist()[:kept]
+    fresh = model.new_cache()
+    model.hidden(fresh, seq.context)
+    assert torch.allclose(state.cache.keys[:, :, :kept].float(),
+                          fresh.keys[:, :, :kept].float(), atol=1e-5)

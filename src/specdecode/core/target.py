@@ -8,7 +8,9 @@ drafter needs beyond scoring is a named capability it declares (`Drafter.require
 
 - `FeatureTarget`: the target's features, embedding and LM head, and a decoder layer built like
   its own, for learned heads (EAGLE, Medusa) and their training;
-- `LayerSkipTarget`: scoring with a subset of the decoder layers (self-speculation).
+- `LayerSkipTarget`: scoring with a subset of the decoder layers (self-speculation);
+- `MaskedTarget`: rows appended at any positions under any attention mask over the cache (a draft
+  model growing a token tree a depth at a time).
 
 Hidden states are the final-normed features the LM head reads.
 """
@@ -150,4 +152,15 @@ class LayerSkipTarget(Target, Protocol):
                        layers: Sequence[int]) -> torch.Tensor:
         """Like `forward` with only these decoder layers: tokens [T] -> logits [T, V]; the entries
         it appends are a draft's, overwritten once the cache is rolled back and scored fully."""
+        ...
+
+
+@runtime_checkable
+class MaskedTarget(Target, Protocol):
+    def hidden_masked(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor,
+                      mask: torch.Tensor) -> torch.Tensor:
+        """Append tokens [T] at cache.length.. with rotary positions [T], row r attending to the
+        cache entries and new rows where mask [T, cache.length + T] (bool) is True; returns their
+        hidden states [T, H]. A tree's depths fed one call each: a row sees the prefix and the
+        entries of its own ancestors, wherever earlier calls put them."""
         ...

@@ -3,6 +3,13 @@ its own KV cache per sequence. Between steps that cache is rolled back to the lo
 shares with the context, so only the tokens it has not seen are fed again. Its output layer may
 cover only the most frequent tokens (`--draft-vocab`, `vocabulary`).
 
+Under greedy decoding, where the draft model can append rows under any mask (`MaskedTarget`)
+and the target scores trees, the draft may be a tree (`--draft-width` above 1): each depth keeps
+the likeliest `width` continuations of the nodes above it, by chances learned from the draft
+model's probabilities (`calibration`), and feeds them to the draft model in one forward of that
+many rows, which on a memory-bound model costs about as much as one row (EAGLE-2's expansion by
+path chance, with a real draft model).
+
 Where the output copies its context (code edits, summaries), an n-gram match drafts for free
 (`lookup`'s index and estimates): each step takes the match when its expected accepted tokens are
 at least what the draft model's steps have been netting (accepted tokens less their forwards'
@@ -13,15 +20,17 @@ A draft model with another tokenizer drafts as text (`cross_tokenizer`)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
 from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
-from ..core.target import Target, forward
+from ..core.target import MaskedTarget, Target, forward
 from ..errors import InvalidParameterError, VocabularyMismatchError
 from .base import ForwardClock, draft_chain, option, register
+from .calibration import Calibration
 from .cross_tokenizer import CrossTokenizerDraft
 from .lookup import MatchEvidence
 from .ngrams import NgramIndex
@@ -41,6 +50,10 @@ class _State:
     matched: bool = False  # the pending draft is an n-gram match
     match: tuple[int, list[int]] | None = None  # the last match: (context length, its tokens)
     offset: int | None = None  # the draft model sees context[offset:] (set at the first draft)
+    # a tree's nodes the draft model was fed, in its cache after `cached`: (token, index in this
+    # list of the parent, -1 for the root's children)
+    fed: list[tuple[int, int]] = field(default_factory=list)
+    tree: tuple[list[int], list[int], list[float]] | None = None  # the last tree draft, to judge
 
 
 @register("draft")
@@ -60,6 +73,11 @@ class DraftModel(Drafter):
         draft_window: int = option(
             256, "the draft model reads only the last this many tokens of the prompt (its own "
                  "prefill of a long prompt costs more than its drafts gain); 0: all")
+        draft_width: int = option(
+            1, "under greedy decoding, the draft is a tree keeping this many continuations per "
+               "depth, fed to the draft model together (one forward of that many rows a depth); "
+               "1: a chain (trees scored more rows than they gained on the 1.5B Qwen pair: "
+               "BENCHMARKS.md)")
         draft_ngram: int = option(
             5, "also draft n-gram matches from the context, up to this n-gram length, when they "
                "promise more than the draft model nets (free drafts where output copies its "
@@ -67,9 +85,14 @@ class DraftModel(Drafter):
 
     def __init__(self, model: Target, label: str = "draft model",
                  vocabulary: torch.Tensor | None = None, vocab_size: int | None = None,
-                 ngram: int = 0, window: int = 0) -> None:
+                 ngram: int = 0, window: int = 0, width: int = 1) -> None:
         self.model = model  # logits over `vocabulary` when given: [V'] int64 token ids
         self.label, self.ngram, self.window = label, ngram, window
+        # trees need a draft model that appends under masks (and a target that scores them)
+        # trees need a draft model that appends under masks (and a target that scores them:
+        # `create`)
+        self.width = width if isinstance(model, MaskedTarget) else 1
+        self.calibration = Calibration()  # what a tree's node is worth, learned
         self.vocabulary, self.vocab_size = vocabulary, vocab_size
         self.clock = ForwardClock()
 
@@ -96,6 +119,8 @@ class DraftModel(Drafter):
             raise InvalidParameterError(
                 "--draft-vocab, --draft-ngram and --draft-window must be >= 0, got "
                 f"{options.draft_vocab}, {options.draft_ngram}, {options.draft_window}")
+        if options.draft_width < 1:
+            raise InvalidParameterError(f"--draft-width must be >= 1, got {options.draft_width}")
         name = options.draft_model or model.drafter
         drafter = load_model(name, device=str(model.target.device), dtype=options.draft_dtype)
         try:
@@ -112,8 +137,11 @@ class DraftModel(Drafter):
         if ids is not None:  # a smaller output layer where the model can cut it: cheaper steps
             target = (target.with_vocabulary(ids) if hasattr(target, "with_vocabulary")
                       else _Columns(target, ids))
-        return cls(target, label, ids, model.target.vocab_size, options.draft_ngram,
-                   options.draft_window)
+        width = options.draft_width if getattr(model.target, "scores_trees", False) else 1
+        made = cls(target, label, ids, model.target.vocab_size, options.draft_ngram,
+                   options.draft_window, width)
+        made.label += f", trees {made.width} wide (greedy)" if made.width > 1 else ""
+        return made
 
     def start(self, seq) -> None:
         seq.drafter_state = _State(self.model.new_cache(), torch.empty(0, dtype=torch.long),
@@ -124,6 +152,15 @@ class DraftModel(Drafter):
         if state.offset is None:
             state.offset = max(0, len(seq.context) - self.window) if self.window else 0
         context = seq.context[state.offset:]  # what the draft model reads
+        if state.tree:  # the last draft was a tree: judge its nodes by where the context went
+            self.calibration.judge(*state.tree, context[state.cached.shape[0]:].tolist())
+            state.tree = None
+        if state.fed:  # the last draft's tree: keep the entries of the path the context took
+            path = _path(state.fed, context[state.cached.shape[0]:].tolist())
+            base = state.cached.shape[0]
+            state.cache.compact(base, [base + i for i in path])
+            state.cached = context[:base + len(path)]
+            state.fed = []
         # reuse the cached prefix, but always refeed at least the last token to get its logits
         limit = min(state.cached.shape[0], context.shape[0] - 1)
         same = (state.cached[:limit] != context[:limit]).nonzero()
@@ -140,11 +177,20 @@ class DraftModel(Drafter):
         if state.matched:
             return match
         t0 = time.perf_counter()
-        draft = draft_chain(lambda tokens: forward(self.model, state.cache, tokens),
-                            context[keep:], length, seq.sampling, seq.generator,
-                            self.vocabulary, self.vocab_size, budget.min_chance + forward_cost)
+        if self.width > 1 and seq.sampling.greedy:
+            draft, state.fed, probs = draft_tree(
+                self.model, state.cache, context[keep:], length,
+                min(budget.nodes, MAX_TREE_NODES), self.width, self.vocabulary,
+                budget.min_chance, forward_cost, self.calibration.rate)
+            state.cached = context
+            state.tree = (draft.tokens.tolist(), draft.parents.tolist(), probs)
+        else:
+            draft = draft_chain(lambda tokens: forward(self.model, state.cache, tokens),
+                                context[keep:], length, seq.sampling, seq.generator,
+                                self.vocabulary, self.vocab_size,
+                                budget.min_chance + forward_cost)
+            state.cached = torch.cat([context, draft.tokens[:draft.forwards - 1]])  # what it fed
         self.clock.record(context.shape[0] - keep, time.perf_counter() - t0, draft.forwards)
-        state.cached = torch.cat([context, draft.tokens[:draft.forwards - 1]])  # what it fed
         state.cost = draft.forwards * forward_cost
         return draft
 
@@ -175,11 +221,109 @@ class DraftModel(Drafter):
 
     @property
     def default_budget(self) -> DraftBudget:
-        # deeper than a chain's usual 4: each chain stops where its chance no longer pays
-        return DraftBudget(6, 6)
+        # deeper than a chain's usual 4: each chain stops where its chance no longer pays; a
+        # tree's nodes are capped by what the step's cost rule scores (`core.budget`)
+        return DraftBudget(6 if self.width == 1 else MAX_TREE_NODES, 6)
 
     def describe(self) -> str:
         return f"draft ({self.label})"
+
+
+MAX_TREE_NODES = 16  # a tree draft's nodes (the step's cost rule scores the likeliest of them)
+
+
+def draft_tree(model: MaskedTarget, cache, first: torch.Tensor, length: int, nodes: int,
+               width: int, vocabulary: torch.Tensor | None, row_cost: float,
+               forward_cost: float, rate: Callable[[float], float] = lambda p: p,
+               ) -> tuple[Draft, list[tuple[int, int]], list[float]]:
+    """A greedy tree of at most `nodes` tokens and depth `length`, grown a depth at a time: feed
+    `first` ([T] int64), then at each depth take, of the top `width` tokens under each node fed
+    last, the `width` likeliest by path chance (the product along the path of `rate` of the draft
+    model's probabilities: `Calibration.rate`, or the probabilities themselves), and feed them in
+    one forward, each row seeing the prefix and its ancestors.
+    A node is kept while its chance pays for its row (`row_cost`, in the step's tokens), and a
+    depth while its nodes' chances, less their rows, pay for the forward that drafted them
+    (`forward_cost`): with width 1, the chain's rule (`draft_chain`).
+
+    Returns the draft (nodes by chance, best first: parents precede children, so every prefix is
+    a tree), the nodes fed to the draft model in its cache order: (token, index in that list
+    of the parent, -1 for the root's children), and the draft model's probability of each of the
+    draft's nodes. `vocabulary`: as `draft_chain`'s."""
+    logits = forward(model, cache, first)[-1:]  # [frontier, V']: the rows fed last
+    base, forwards = cache.length, 1
+    tokens: list[int] = []
+    parents: list[int] = []  # node index, -1: the root
+    chances: list[float] = []
+    probs: list[float] = []  # the draft model's, of each node
+    fed: list[int] = []  # node indices in the draft model's cache order after `base`
+    frontier, frontier_chances = [-1], [1.0]
+    for depth in range(1, length + 1):
+        top = torch.topk(torch.softmax(logits.float(), -1), min(width, logits.shape[-1]))
+        candidates = sorted(((c * rate(p), p, row, t) for row, c in enumerate(frontier_chances)
+                             for p, t in zip(top.values[row].tolist(), top.indices[row].tolist())),
+                            key=lambda item: -item[0])
+        picked, gain = [], 0.0
+        for chance, p, row, column in candidates[:min(width, nodes - len(tokens))]:
+            if chance < row_cost:
+                break
+            picked.append((chance, p, frontier[row], column))
+            gain += chance - row_cost
+        if not picked or gain < forward_cost:
+            break
+        first_new = len(tokens)
+        for chance, p, parent, column in picked:
+            tokens.append(column if vocabulary is None else int(vocabulary[column]))
+            parents.append(parent)
+            chances.append(chance)
+            probs.append(p)
+        if depth == length or len(tokens) >= nodes:
+            break
+        new = list(range(first_new, len(tokens)))
+        place = {node: base + i for i, node in enumerate(fed)}
+        mask = torch.zeros(len(new), cache.length + len(new), dtype=torch.bool)
+        mask[:, :base] = True
+        for r, node in enumerate(new):
+            mask[r, cache.length + r] = True
+            ancestor = parents[node]
+            while ancestor >= 0:
+                mask[r, place[ancestor]] = True
+                ancestor = parents[ancestor]
+        positions = torch.full((len(new),), base + depth - 1, dtype=torch.long)
+        fed += new
+        logits = model.logits(model.hidden_masked(
+            cache, torch.tensor([tokens[n] for n in new]), positions, mask))
+        forwards += 1
+        frontier, frontier_chances = new, [chances[n] for n in new]
+    # best first; a child's chance is at most its parent's, and a tie puts the shallower first
+    order = sorted(range(len(tokens)), key=lambda n: (-chances[n], _depth(parents, n), n))
+    index = {node: i for i, node in enumerate(order)}
+    draft = Draft(torch.tensor([tokens[n] for n in order], dtype=torch.long), None, forwards,
+                  torch.tensor([-1 if parents[n] < 0 else index[parents[n]] for n in order],
+                               dtype=torch.long),
+                  torch.tensor([chances[n] for n in order]))
+    cache_index = {node: i for i, node in enumerate(fed)}
+    return (draft, [(tokens[n], -1 if parents[n] < 0 else cache_index[parents[n]]) for n in fed],
+            [probs[n] for n in order])
+
+
+def _depth(parents: list[int], node: int) -> int:
+    depth = 1
+    while parents[node] >= 0:
+        node, depth = parents[node], depth + 1
+    return depth
+
+
+def _path(fed: list[tuple[int, int]], continuation: list[int]) -> list[int]:
+    """Indices in `fed` ((token, parent index) in cache order) of the fed nodes the context went
+    on with, root's child first: the entries worth keeping."""
+    path: list[int] = []
+    for token in continuation:
+        parent = path[-1] if path else -1
+        step = next((i for i, (t, p) in enumerate(fed) if p == parent and t == token), None)
+        if step is None:
+            break
+        path.append(step)
+    return path
 
 
 class _Columns:

@@ -210,6 +210,12 @@ class NativeDecoder:
         positions, mask = tree.attention(cache.length)
         return self.run_layers(cache, self.embedding(tokens), positions, mask)
 
+    def hidden_masked(self, cache: StaticKVCache, tokens: torch.Tensor, positions: torch.Tensor,
+                      mask: torch.Tensor) -> torch.Tensor:
+        """`MaskedTarget.hidden_masked`: tokens [T] at rotary positions [T] under mask
+        [T, cache.length + T] -> hidden states [T, H]."""
+        return self.run_layers(cache, self.embedding(tokens), positions, mask)
+
     def prefill(self, cache: StaticKVCache, tokens: torch.Tensor) -> torch.Tensor:
         """Append tokens without the LM head (a fifth of a long prompt's prefill on SmolLM2); returns
         their hidden states [T, H]."""
