@@ -218,3 +218,23 @@ def test_after_a_tree_step_the_draft_models_cache_holds_the_path_the_context_too
     model.hidden(fresh, seq.context)
     assert torch.allclose(state.cache.keys[:, :, :kept].float(),
                           fresh.keys[:, :, :kept].float(), atol=1e-5)
+
+
+def test_the_draft_model_does_not_run_when_its_forward_costs_more_than_a_token_is_worth(
+        make_target):
+    """In a step shared by many sequences a token costs a fraction of the step: a draft-model
+    forward that costs more than a whole token cannot pay, so none runs (it ran once per
+    sequence and step before, drafting nothing, 8 clients' steps 3x slower)."""
+    from types import SimpleNamespace
+
+    from specdecode.core.budget import DraftBudget
+
+    drafter = DraftModel(make_target(12))
+    seq = SimpleNamespace(context=torch.tensor(PROMPT), sampling=SamplingParams(),
+                          generator=None, drafter_state=None)
+    drafter.start(seq)
+    drafter.clock.seconds = 0.01  # a draft-model forward: 10 ms
+    alone = drafter.propose(seq, DraftBudget(4, 4, token_seconds=0.03))
+    assert alone.forwards > 0
+    shared = drafter.propose(seq, DraftBudget(4, 4, token_seconds=0.005))
+    assert shared.forwards == 0 and len(shared) == 0

@@ -172,10 +172,16 @@ class DraftModel(Drafter):
             return EMPTY_DRAFT
         forward_cost = self.clock.cost(budget)
         match = self._match(state, seq.context, length, budget.min_chance)
-        state.matched = (match is not None and state.net is not None
-                         and float(match.chances.sum()) >= state.net)
+        # no token's chance can pay for a forward where a step is shared by enough sequences
+        # that a token costs less than the draft model's forward: draft from the match alone
+        # (the draft model catches up on the context when it next drafts)
+        priced_out = budget.min_chance + forward_cost >= 1.0
+        state.matched = match is not None and (priced_out or state.net is not None
+                                               and float(match.chances.sum()) >= state.net)
         if state.matched:
             return match
+        if priced_out:
+            return EMPTY_DRAFT
         t0 = time.perf_counter()
         if self.width > 1 and seq.sampling.greedy:
             draft, state.fed, probs = draft_tree(
