@@ -65,16 +65,22 @@ def _record(draft, into: list[int]):
 
 def test_n_gram_matches_draft_for_free_where_they_promise_more_and_greedy_output_holds(
         make_target):
-    config = GenerationConfig(60)
+    same, drafts = _drafts_of_a_run(make_target, DraftModel(make_target(12), ngram=3),
+                                    GenerationConfig(60), DraftLimit(4, 4))
+    assert same
+    matched = [d for d in drafts if d.forwards == 0 and len(d)]
+    assert matched and len(matched) < len(drafts)  # both sources drafted
+
+
+def _drafts_of_a_run(make_target, drafter, config, limit) -> tuple[bool, list]:
+    """A greedy run of `drafter` on target 11: (whether its output is plain decoding's, its
+    drafts)."""
     plain = generate(make_target(11), NoDrafter(), PROMPT, config, None)
-    drafter = DraftModel(make_target(12), ngram=3)
     drafts: list = []
     propose = drafter.propose
     drafter.propose = lambda seq, budget: _record_draft(propose(seq, budget), drafts)
-    result = generate(make_target(11), drafter, PROMPT, config, DraftLimit(4, 4))
-    assert result.token_ids == plain.token_ids
-    matched = [d for d in drafts if d.forwards == 0 and len(d)]
-    assert matched and len(matched) < len(drafts)  # both sources drafted
+    result = generate(make_target(11), drafter, PROMPT, config, limit)
+    return result.token_ids == plain.token_ids, drafts
 
 
 def _record_draft(draft, into: list):
@@ -139,14 +145,9 @@ def test_a_step_drafted_from_a_match_leaves_the_draft_models_record_of_its_cache
 
 
 def test_a_draft_model_growing_trees_keeps_greedy_output_and_drafts_branches(make_target):
-    config = GenerationConfig(40)
-    plain = generate(make_target(11), NoDrafter(), PROMPT, config, None)
     drafter = DraftModel(make_target(12), width=3)
-    drafts: list = []
-    propose = drafter.propose
-    drafter.propose = lambda seq, budget: _record_draft(propose(seq, budget), drafts)
-    result = generate(make_target(11), drafter, PROMPT, config, DraftLimit(8, 4))
-    assert result.token_ids == plain.token_ids
+    same, drafts = _drafts_of_a_run(make_target, drafter, GenerationConfig(40), DraftLimit(8, 4))
+    assert same
     branched = [d for d in drafts if d.parents is not None and not d.tree.is_chain]
     # the mock target cannot append under a mask: its drafter stays a chain
     assert bool(branched) == (drafter.width == 3)
