@@ -88,7 +88,6 @@ class DraftModel(Drafter):
                  ngram: int = 0, window: int = 0, width: int = 1) -> None:
         self.model = model  # logits over `vocabulary` when given: [V'] int64 token ids
         self.label, self.ngram, self.window = label, ngram, window
-        # trees need a draft model that appends under masks (and a target that scores them)
         # trees need a draft model that appends under masks (and a target that scores them:
         # `create`)
         self.width = width if isinstance(model, MaskedTarget) else 1
@@ -260,6 +259,7 @@ def draft_tree(model: MaskedTarget, cache, first: torch.Tensor, length: int, nod
     tokens: list[int] = []
     parents: list[int] = []  # node index, -1: the root
     chances: list[float] = []
+    depths: list[int] = []
     probs: list[float] = []  # the draft model's, of each node
     fed: list[int] = []  # node indices in the draft model's cache order after `base`
     frontier, frontier_chances = [-1], [1.0]
@@ -281,6 +281,7 @@ def draft_tree(model: MaskedTarget, cache, first: torch.Tensor, length: int, nod
             tokens.append(column if vocabulary is None else int(vocabulary[column]))
             parents.append(parent)
             chances.append(chance)
+            depths.append(depth)
             probs.append(p)
         if depth == length or len(tokens) >= nodes:
             break
@@ -301,7 +302,7 @@ def draft_tree(model: MaskedTarget, cache, first: torch.Tensor, length: int, nod
         forwards += 1
         frontier, frontier_chances = new, [chances[n] for n in new]
     # best first; a child's chance is at most its parent's, and a tie puts the shallower first
-    order = sorted(range(len(tokens)), key=lambda n: (-chances[n], _depth(parents, n), n))
+    order = sorted(range(len(tokens)), key=lambda n: (-chances[n], depths[n], n))
     index = {node: i for i, node in enumerate(order)}
     draft = Draft(torch.tensor([tokens[n] for n in order], dtype=torch.long), None, forwards,
                   torch.tensor([-1 if parents[n] < 0 else index[parents[n]] for n in order],
@@ -310,13 +311,6 @@ def draft_tree(model: MaskedTarget, cache, first: torch.Tensor, length: int, nod
     cache_index = {node: i for i, node in enumerate(fed)}
     return (draft, [(tokens[n], -1 if parents[n] < 0 else cache_index[parents[n]]) for n in fed],
             [probs[n] for n in order])
-
-
-def _depth(parents: list[int], node: int) -> int:
-    depth = 1
-    while parents[node] >= 0:
-        node, depth = parents[node], depth + 1
-    return depth
 
 
 def _path(fed: list[tuple[int, int]], continuation: list[int]) -> list[int]:
