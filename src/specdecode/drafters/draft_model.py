@@ -151,15 +151,15 @@ class DraftModel(Drafter):
         if state.offset is None:
             state.offset = max(0, len(seq.context) - self.window) if self.window else 0
         context = seq.context[state.offset:]  # what the draft model reads
-        if state.tree:  # the last draft was a tree: judge its nodes by where the context went
-            self.calibration.judge(*state.tree, context[state.cached.shape[0]:].tolist())
-            state.tree = None
-        if state.fed:  # the last draft's tree: keep the entries of the path the context took
-            path = _path(state.fed, context[state.cached.shape[0]:].tolist())
+        if state.tree:  # the last draft was a tree: judge its nodes by where the context went,
+            # and keep the draft model's entries of the path it took
             base = state.cached.shape[0]
+            went_on = context[base:].tolist()
+            self.calibration.judge(*state.tree, went_on)
+            path = _path(state.fed, went_on)
             state.cache.compact(base, [base + i for i in path])
             state.cached = context[:base + len(path)]
-            state.fed = []
+            state.tree, state.fed = None, []
         # reuse the cached prefix, but always refeed at least the last token to get its logits
         limit = min(state.cached.shape[0], context.shape[0] - 1)
         same = (state.cached[:limit] != context[:limit]).nonzero()
