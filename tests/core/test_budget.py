@@ -173,3 +173,28 @@ def test_no_node_below_the_first_rows_price_is_kept_on_a_linear_curve():
     counts = allocate(cost, drafts)
     kept = [c for (chances, _, _), n in zip(drafts, counts) for c in chances[:n].tolist()]
     assert kept and min(kept) >= price
+
+
+def test_a_prompt_chunk_beside_the_sequences_does_not_make_draft_rows_pay_more():
+    # on a curve where every row costs the same, 64 prompt rows in the step change nothing: their
+    # seconds are spent whatever is drafted (counting them made a 0.05 chance pay for its row)
+    cost = StepCost.linear(0.1)
+    drafts = [(chances(0.9, 0.5, 0.2, 0.05), 4, 64), (chances(0.3, 0.08), 2, 64)]
+    assert allocate(cost, drafts, other_rows=64, other_cached=64 * 100) == allocate(cost, drafts)
+    assert allocate(cost, drafts) == [2, 1]
+
+
+def test_a_decoding_token_beside_a_prompt_chunk_is_priced_as_without_it():
+    from specdecode.core.budget import StepShape, min_chance, prompt_share, step_gain
+
+    cost = StepCost.linear(0.1)
+    rows, cached = 2 + 64, 2 * 64 + 64 * 100  # two sequences of 64 tokens, a chunk after 100
+    spent = prompt_share(cost, rows, cached, 64, 64 * 100)
+    assert spent == pytest.approx(cost.step(rows, cached) - cost.step(2, 2 * 64))
+    assert min_chance(cost, rows, cached, 2, 64, spent) == pytest.approx(
+        min_chance(cost, 2, 2 * 64, 2, 64))
+    # two drafted rows of one of the two, one of them accepted: the same gain as without the chunk
+    beside = StepShape(rows + 2, cached + 2 * 64, 2, prompt_rows=64, prompt_cached=64 * 100)
+    without = StepShape(4, 4 * 64, 2)
+    assert step_gain(cost, 1, 2, 64, 0.001, beside) == pytest.approx(
+        step_gain(cost, 1, 2, 64, 0.001, without))

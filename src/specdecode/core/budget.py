@@ -11,7 +11,9 @@ with rows = one per sequence (its pending token) + the scored nodes, and the ste
 the measured curve (`core.cost.StepCost`). For one sequence this is today's speculation: a node
 joins while its chance pays for its row. With many sequences each row is shared by more tokens, so
 the same chance pays for less: speculation shrinks as the batch grows, down to none. A draft
-without chances is scored whole.
+without chances is scored whole. Prompt chunks prefilled in the same forward take their seconds
+whatever is drafted: a decoding token is valued at the step without them (`prompt_share`), so a
+long chunk does not make every draft row, and every drafter forward, look free.
 
 What drafting itself costs (a learned head's forwards) is spent before the rows are chosen, so
 each sequence also has a `DraftGate`: it measures what its drafting gained (accepted tokens, in
@@ -55,11 +57,23 @@ class DraftBudget:
 @dataclass(frozen=True)
 class StepShape:
     """What one target forward held: all its rows, the cached tokens they attend to in all, and
-    its decoding sequences (each confirms at least one token a step)."""
+    its decoding sequences (each confirms at least one token a step); of those rows and cached
+    tokens, the prompt chunks' (prefilled beside the sequences)."""
 
     rows: int
     cached: int
     sequences: int
+    prompt_rows: int = 0
+    prompt_cached: int = 0
+
+
+def prompt_share(cost: StepCost, rows: int, cached: int, prompt_rows: int,
+                 prompt_cached: int) -> float:
+    """Seconds of a step of `rows` rows attending to `cached` tokens that its prompt chunks
+    (`prompt_rows` of them, attending to `prompt_cached`) add: spent whatever is drafted."""
+    if not prompt_rows:
+        return 0.0
+    return cost.step(rows, cached) - cost.step(rows - prompt_rows, cached - prompt_cached)
 
 
 def step_gain(cost: StepCost, accepted: int, nodes: int, context: int, draft_seconds: float,
@@ -68,21 +82,26 @@ def step_gain(cost: StepCost, accepted: int, nodes: int, context: int, draft_sec
     at what a token costs without its draft, less the drafting and what its `nodes` rows added.
     Alone (`shared` None) a token costs a plain step; in a step `shared` by several sequences it
     costs the step (without these rows) over its sequences, and the rows cost what they add to
-    the whole step, so drafting that a lone sequence would profit from can lose in a full batch."""
+    the whole step, so drafting that a lone sequence would profit from can lose in a full batch.
+    A token's cost leaves out the step's prompt chunks (`prompt_share`)."""
     step = shared or StepShape(1 + nodes, (1 + nodes) * context, 1)
-    without = cost.step(step.rows - nodes, step.cached - nodes * context)
-    rows = cost.step(step.rows, step.cached) - without
-    return accepted * without / step.sequences - draft_seconds - rows
+    rows, cached = step.rows - nodes, step.cached - nodes * context  # the step without the draft
+    without = cost.step(rows, cached)
+    token = (without - prompt_share(cost, rows, cached, step.prompt_rows, step.prompt_cached)) \
+        / step.sequences
+    return accepted * token - draft_seconds - (cost.step(step.rows, step.cached) - without)
 
 
-def min_chance(cost: StepCost, rows: int, cached: int, tokens: int, context: int) -> float:
+def min_chance(cost: StepCost, rows: int, cached: int, tokens: int, context: int,
+               spent: float = 0.0) -> float:
     """The chance a first draft node must have to pay for its row, in a step of `rows` rows
     attending to `cached` tokens in all that confirms `tokens` without drafts, for a sequence of
-    `context` tokens: tokens x (what the row adds) / (the step). Where each further row costs as
-    much as the first (the measured curve past its first few rows), `allocate` keeps no node
-    below it: every kept node raises the step's tokens per second, and with it the bar."""
+    `context` tokens: tokens x (what the row adds) / (the step less the `spent` seconds of its
+    prompt chunks). Where each further row costs as much as the first (the measured curve past
+    its first few rows), `allocate` keeps no node below it: every kept node raises the step's
+    tokens per second, and with it the bar."""
     step = cost.step(rows, cached)
-    return tokens * (cost.step(rows + 1, cached + context) - step) / step
+    return tokens * (cost.step(rows + 1, cached + context) - step) / (step - spent)
 
 
 def allocate(cost: StepCost, drafts: Sequence[tuple[torch.Tensor | None, int, int]],
@@ -91,19 +110,20 @@ def allocate(cost: StepCost, drafts: Sequence[tuple[torch.Tensor | None, int, in
     length) per sequence, in the step's order; the step also holds `other_rows` rows that attend
     to `other_cached` cached tokens in all (prompt chunks being prefilled). Returns a count per
     draft (N where chances is None): the best prefix of the merged order (each draft's nodes
-    taken in its own order, the likeliest next node first) by expected tokens per second; ties
-    keep fewer rows."""
+    taken in its own order, the likeliest next node first) by expected tokens per second of the
+    step less its prompt chunks' share; ties keep fewer rows."""
     counts = [n if chances is None else 0 for chances, n, _ in drafts]
     rows = other_rows + sum(1 + fixed for fixed in counts)
     cached = other_cached + sum((1 + fixed) * context
                                 for fixed, (_, _, context) in zip(counts, drafts))
+    spent = prompt_share(cost, rows, cached, other_rows, other_cached)
     expected = float(len(drafts))  # every sequence confirms at least one token per step
     ranked = [(chances.tolist(), context) for chances, _, context in drafts
               if chances is not None]
     owners = [b for b, (chances, _, _) in enumerate(drafts) if chances is not None]
     heap = [(-chances[0], j, 0) for j, (chances, _) in enumerate(ranked) if chances]
     heapq.heapify(heap)
-    best_rate, best_taken = expected / cost.step(rows, cached), [0] * len(ranked)
+    best_rate, best_taken = expected / (cost.step(rows, cached) - spent), [0] * len(ranked)
     taken = [0] * len(ranked)
     while heap:
         neg_chance, j, i = heapq.heappop(heap)
@@ -112,7 +132,7 @@ def allocate(cost: StepCost, drafts: Sequence[tuple[torch.Tensor | None, int, in
         taken[j] = i + 1
         if i + 1 < len(chances):
             heapq.heappush(heap, (-chances[i + 1], j, i + 1))
-        rate = expected / cost.step(rows, cached)
+        rate = expected / (cost.step(rows, cached) - spent)
         if rate > best_rate:
             best_rate, best_taken = rate, list(taken)
     for j, b in enumerate(owners):

@@ -21,7 +21,7 @@ import torch
 
 from ..errors import InvalidParameterError, PromptTooLongError
 from ..kernels import ROW_INVARIANT_ROWS
-from .budget import StepShape, allocate, min_chance, step_gain
+from .budget import StepShape, allocate, min_chance, prompt_share, step_gain
 from .cost import StepCost
 from .detokenize import IncrementalText
 from .drafter import EMPTY_DRAFT, Draft, Drafter
@@ -116,12 +116,15 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
     prefill_rows = sum(len(tokens) for _, tokens in chunks)
     prefill_cached = sum(len(tokens) * cache.length for cache, tokens in chunks)
     rows, cached = len(work) + prefill_rows, prefill_cached + sum(s.length for _, s in work)
+    # the prompt chunks' seconds are spent whatever is drafted: a token is worth the rest
+    spent = 0.0 if cost is None else prompt_share(cost, rows, cached, prefill_rows,
+                                                  prefill_cached)
     planned = []
     for drafter, seq in work:  # 1 propose, each draft within what the step could score
         t0 = clock()
         price = ((0.0, 0.0) if cost is None else
-                 (min_chance(cost, rows, cached, len(work), seq.length),
-                  cost.step(rows, cached) / len(work)) if jointly else
+                 (min_chance(cost, rows, cached, len(work), seq.length, spent),
+                  (cost.step(rows, cached) - spent) / len(work)) if jointly else
                  (min_chance(cost, 1, seq.length, 1, seq.length), cost.step(1, seq.length)))
         planned.append(_Planned(drafter, seq, _propose(target, drafter, seq, *price),
                                 clock() - t0))
@@ -134,7 +137,8 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
             p.draft = p.draft.best(n)
         if jointly:
             shared = StepShape(rows + sum(counts), cached + sum(
-                n * p.seq.length for p, n in zip(planned, counts)), len(planned))
+                n * p.seq.length for p, n in zip(planned, counts)), len(planned),
+                prefill_rows, prefill_cached)
     t1 = clock()  # 2 score every pending token and draft (and prompt chunk) in one forward
     hiddens = target.hidden_batch([(p.seq.cache, p.rows, p.draft.tree) for p in planned]
                                   + [(cache, tokens, None) for cache, tokens in chunks])
