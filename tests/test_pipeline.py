@@ -32,3 +32,13 @@ def test_generate_batch_seeds_prompt_i_with_seed_plus_i(tiny_real_vocab_model):
 def test_generate_batch_rejects_an_empty_batch_size(tiny_real_vocab_model):
     with pytest.raises(InvalidParameterError):
         SpecDecoder.load(str(tiny_real_vocab_model)).generate_batch(["x"], max_batch=0)
+
+
+def test_load_keeps_a_gguf_files_block_formats_as_the_cli_does(default_model):
+    # a library user's SpecDecoder.load once widened every matrix to fp32 (4x the bytes a step
+    # streams) where `specdecode generate` kept the file's formats
+    from specdecode.kernels.native import BlockPanels
+
+    sd = SpecDecoder.load("smollm2-135m", "ar")
+    parts = [packed for linear in sd.model.target.linears() for packed, _ in linear.packed_parts()]
+    assert parts and all(isinstance(p, BlockPanels) for p in parts)

@@ -62,7 +62,7 @@ class SpecDecoder:
 
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, method: str | None = None, *,
-             backend: str = "auto", dtype: str = "float32", device: str = "cpu",
+             backend: str = "auto", dtype: str = "auto", device: str = "cpu",
              **kwargs: Any) -> "SpecDecoder":
         return cls(load_model(model, backend=backend, dtype=dtype, device=device), method,
                    **kwargs)
