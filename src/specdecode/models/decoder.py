@@ -230,9 +230,9 @@ class NativeDecoder:
         """tokens: [T] int64 -> their input vectors [T, H] (fp32)."""
         if isinstance(self.embed, QuantTensor):
             rows = self.embed.take(tokens.numpy())
-            if rows.qtype in FORMATS:  # gguf's numbers, read in a few array operations
-                x = torch.from_numpy(decode(rows).values())
-            x = rows.dequantize()
+            # gguf's numbers: read in a few array operations where the format is ours
+            x = (torch.from_numpy(decode(rows).values()) if rows.qtype in FORMATS
+                 else rows.dequantize())
         else:
             x = self.embed[tokens].float()
         return x if self._embed_scale is None else x * self._embed_scale
