@@ -27,6 +27,7 @@ import torch
 
 from ..quant import QuantTensor
 from .families import GLOBAL, Family, by_architecture
+from .gguf_check import read_header
 
 ROPE_FACTORS = "rope_factors"  # [head_dim / 2] float32: divides each rotary frequency
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
@@ -84,29 +85,31 @@ def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantTensor]:
     """The file's tensors by transformers name: block formats as `QuantTensor`s over the file's
     memory map, the rest as torch tensors; q/k rows in transformers' order; the rope scaling the
     config does not carry under `ROPE_FACTORS`. A file this cannot read exactly: ValueError."""
-    from gguf import GGMLQuantizationType, GGUFReader
+    from gguf import GGMLQuantizationType
 
-    reader = GGUFReader(str(path))
-    architecture = _field(reader, "general.architecture")
+    header = read_header(path)  # our own reader: gguf's builds an object per vocabulary string
+    fields = header.fields
+    architecture = _field(fields, "general.architecture")
     family = by_architecture(architecture)
     if family is None:
         raise ValueError(f"the native backend does not compute {architecture!r} models")
-    plain = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.BF16: torch.bfloat16}
+    plain = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.BF16: np.int16}
+    file = np.memmap(path, np.uint8, mode="r")
     found: dict[str, torch.Tensor | QuantTensor] = {}
-    for tensor in reader.tensors:
+    for tensor in header.tensors.values():
         name = ROPE_FACTORS if tensor.name == "rope_freqs.weight" \
             else transformers_name(tensor.name, family)
         if name is None:
             continue
+        kind = GGMLQuantizationType(tensor.type)
+        start = header.data_start + tensor.offset
+        data = file[start:start + tensor.nbytes]
         shape = tuple(int(n) for n in reversed(tensor.shape))  # GGUF lists the fastest dim first
-        if tensor.tensor_type in plain:
-            raw = np.asarray(tensor.data)
-            value = torch.from_numpy(raw.view(np.int16) if raw.dtype == np.uint16 else raw.copy())
-            value = value.view(plain[tensor.tensor_type]).reshape(shape).clone()
+        if kind in plain:
+            value = torch.from_numpy(np.array(data).view(plain[kind])).reshape(shape)
+            value = value.view(torch.bfloat16) if kind == GGMLQuantizationType.BF16 else value
         else:  # rows of bytes: an expert tensor's [E, out, in] as E out rows one after another
-            data = np.asarray(tensor.data).view(np.uint8)
-            value = QuantTensor(tensor.tensor_type.name,
-                                data.reshape(int(np.prod(shape[:-1])), -1), shape[-1])
+            value = QuantTensor(kind.name, data.reshape(int(np.prod(shape[:-1])), -1), shape[-1])
         if family.norm_shift and name.endswith("norm.weight"):
             value = (value.dequantize() if isinstance(value, QuantTensor) else value) \
                 - family.norm_shift
@@ -116,9 +119,9 @@ def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantTensor]:
             order = unpermute_rows(shape[0], heads)
             value = value.take(order) if isinstance(value, QuantTensor) else value[order]
         found[name] = value
-    scaling = _field(reader, f"{architecture}.rope.scaling.type", "none")
+    scaling = _field(fields, f"{architecture}.rope.scaling.type", "none")
     if scaling == "linear":
-        factor = float(_field(reader, f"{architecture}.rope.scaling.factor"))
+        factor = float(_field(fields, f"{architecture}.rope.scaling.factor"))
         head_dim = getattr(config, "head_dim", None) or \
             config.hidden_size // config.num_attention_heads
         found[ROPE_FACTORS] = torch.full((head_dim // 2,), factor) * found.get(ROPE_FACTORS, 1.0)
@@ -127,11 +130,9 @@ def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantTensor]:
     return found
 
 
-def _field(reader, key: str, default=None):
+def _field(fields: dict, key: str, default=None):
     """A metadata field's value (`default` when absent; ValueError when required and absent)."""
-    field = reader.fields.get(key)
-    if field is None:
-        if default is None:
-            raise ValueError(f"metadata field {key!r} is missing")
-        return default
-    return field.contents()
+    value = fields.get(key, default)
+    if value is None:
+        raise ValueError(f"metadata field {key!r} is missing")
+    return value

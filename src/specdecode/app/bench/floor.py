@@ -76,9 +76,9 @@ def gguf_tensor_mb(model: LoadedModel) -> float | None:
     path = gguf_file(model.name)
     if path is None:
         return None
-    from gguf import GGUFReader
+    from ...models.gguf_check import read_header
 
-    return sum(int(t.n_bytes) for t in GGUFReader(str(path)).tensors) / 1e6
+    return sum(t.nbytes for t in read_header(path).tensors.values()) / 1e6
 
 
 def peak_macs(kernels, dtype, rows: int, repeats: int = 9) -> float:
