@@ -1,9 +1,10 @@
-"""Timing a target's steps: the curve measured per model, once, kept in the profile by `tune`."""
+"""Timing a target's steps: the curve measured per model, once, kept in the model's profile."""
 
 from types import SimpleNamespace
 
 from specdecode import timing
 from specdecode.core.cost import StepCost
+from specdecode.models.cache import StaticKVCache
 from specdecode.models.decoder import NativeDecoder
 from specdecode.timing import measure, save_step_cost, step_cost, step_seconds
 
@@ -12,6 +13,17 @@ def test_step_seconds_gives_a_positive_time_for_every_size(tiny_llama):
     target = NativeDecoder.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=256))
     seconds = step_seconds(target, (1, 4), context=16, repeats=3)
     assert set(seconds) == {1, 4} and all(s > 0 for s in seconds.values())
+
+
+def test_step_seconds_pads_the_native_cache_instead_of_prefilling_it(tiny_llama, monkeypatch):
+    target = NativeDecoder.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=256))
+    monkeypatch.setattr(target, "prefill", lambda *a: (_ for _ in ()).throw(AssertionError))
+    padded = []
+    real_pad = StaticKVCache.pad
+    monkeypatch.setattr(StaticKVCache, "pad", lambda cache, n: padded.append(n) or
+                        real_pad(cache, n))
+    assert set(step_seconds(target, (1, 4), context=100, repeats=1)) == {1, 4}
+    assert padded == [100]
 
 
 def test_the_measured_curve_covers_the_row_counts_the_window_allows(tiny_llama):
@@ -48,6 +60,19 @@ def test_a_curve_saved_in_the_profile_is_used_by_a_later_process(tiny_llama, mon
     monkeypatch.setattr(timing, "measure",
                         lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured again")))
     assert step_cost(model) == saved
+
+
+def test_a_curve_measured_once_is_saved_for_later_processes(tiny_llama, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
+    monkeypatch.setattr(timing, "_MEASURED", {})
+    measured = StepCost((1, 2, 8), (1.0, 1.3, 2.5), 64, 2e-5, 1024, (1.4, 1.9))
+    monkeypatch.setattr(timing, "measure", lambda target: measured)
+    model = load(tiny_llama, 6)
+    assert step_cost(model) == measured
+    monkeypatch.setattr(timing, "_MEASURED", {})  # a new process
+    monkeypatch.setattr(timing, "measure",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured again")))
+    assert step_cost(model) == measured
 
 
 def test_a_decoder_is_made_without_timing_and_times_once_when_first_needed_saying_so(

@@ -48,8 +48,8 @@ class SpecDecoder:
     @cached_property
     def cost(self) -> StepCost | None:
         """The target's step cost on this machine, for a drafting method: from the model's
-        profile (`tune`), else measured when first needed (a few seconds, said in the log), not
-        when the decoder is made."""
+        profile, else measured when first needed (said in the log) and saved there, not when the
+        decoder is made."""
         return step_cost(self.model) if self.budget.nodes else None
 
     def caps(self, nodes: int | None, depth: int | None) -> DraftBudget:

@@ -1,7 +1,7 @@
 """Timing a target's steps on this machine: the step-cost curve (`core.cost.StepCost`) the draft
-budget reads, measured once per model, weight formats and kernel path (a few seconds), kept for
-the process, and saved in the model's profile by `specdecode tune` for later processes on the same
-machine and kernel path.
+budget reads, measured once per model, weight formats and kernel path (seconds; a minute for a
+1.5B model on an AVX2-only CPU), kept for the process and saved in the model's profile for later
+processes on the same machine and kernel path (`specdecode tune` measures it again).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 
 from .core.cost import MEASURED_ROWS, SHORT_CONTEXT, StepCost
 from .core.target import Target, forward
+from .models.cache import StaticKVCache
 from .profiles import load_profile, save_profile_section
 
 if TYPE_CHECKING:
@@ -40,16 +41,22 @@ def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
     """Median time of one target forward over n new tokens after `context` cached ones, for each n
     in `sizes`; the sizes take turns in every repeat, so a drift in the machine's speed (its memory
     bandwidth moves by tens of percent) hits them alike and their ratios hold. Each timed step
-    follows untimed ones of its own size, as in decoding, where steps of similar sizes follow
-    each other: right after a much larger step, small ones run slower for a few steps
-    (BENCHMARKS.md, the step-cost curve). Small steps are
-    timed SMALL_TIMED times a repeat: they are cheap and their differences matter most."""
+    of at most SMALL_STEP rows follows untimed ones of its own size, as in decoding, where steps
+    of similar sizes follow each other: right after a much larger step, small ones run slower
+    for a few steps (BENCHMARKS.md, the step-cost curve); they are timed SMALL_TIMED times a
+    repeat: they are cheap and their differences matter most. A larger step is timed once a
+    repeat, after whatever preceded it: what a predecessor costs it is a small part of its time.
+    The cache is padded to `context` entries where it can be, not prefilled: the entries' values
+    do not change a step's time."""
     longest = max(sizes)
     context = max(1, min(context, target.max_length - longest))
     ids = torch.randint(0, target.vocab_size, (context + longest,),
                         generator=torch.Generator().manual_seed(0))
     cache = target.new_cache()
-    target.prefill(cache, ids[:context])
+    if isinstance(cache, StaticKVCache):  # what the cached entries hold does not change the time
+        cache.pad(context)
+    else:
+        target.prefill(cache, ids[:context])
 
     def step(n: int) -> float:
         cache.rollback(context)
@@ -63,7 +70,7 @@ def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
     for _ in range(repeats):
         for n in sorted(sizes, reverse=True):  # a larger step slows the next one more
             small = n <= SMALL_STEP
-            for _ in range(SETTLE if small else 1):
+            for _ in range(SETTLE if small else 0):  # a large step hardly notices its predecessor
                 step(n)
             times[n].extend(step(n) for _ in range(SMALL_TIMED if small else 1))
     return {n: statistics.median(t) for n, t in times.items()}
@@ -95,8 +102,8 @@ def machine_key(model: "LoadedModel") -> str:
 
 
 def step_cost(model: "LoadedModel") -> StepCost:
-    """The model's curve on this machine: from its profile when `tune` saved one for this machine
-    key, else measured (a few seconds), once per model, formats and kernel path in a process."""
+    """The model's curve on this machine: from its profile when one was saved for this machine
+    key, else measured once per model, formats and kernel path in a process and saved."""
     path = getattr(getattr(model.target, "kernels", None), "name", None) or model.kernels
     key = (model.key, model.weights, path)
     if key not in _MEASURED:
@@ -108,9 +115,14 @@ def step_cost(model: "LoadedModel") -> StepCost:
                                       tuple(saved.get("long_seconds", ())))
         else:
             logging.getLogger("specdecode").warning(
-                "timing %s's steps on this machine once (a few seconds; `specdecode tune` saves "
-                "them)", model.key)
-            _MEASURED[key] = measure(model.target)
+                "timing %s's steps on this machine once (seconds to a minute; kept in its profile "
+                "for later runs)", model.key)
+            cost = measure(model.target)
+            try:
+                save_step_cost(model, cost)
+            except OSError as exc:  # a read-only cache costs later runs the timing, nothing else
+                logging.getLogger("specdecode").warning("could not save the step cost: %s", exc)
+            _MEASURED[key] = cost
     return _MEASURED[key]
 
 

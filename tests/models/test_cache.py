@@ -85,6 +85,24 @@ def test_static_cache_overflow_raises():
         cache.reserve(3)
 
 
+def test_padding_a_cache_keeps_its_entries_and_appends_zeros_growing_capacity():
+    cache = StaticKVCache(2, 1, 2, capacity=2, max_capacity=16, dtype=torch.float32)
+    cache.reserve(2)
+    for layer in range(2):
+        write(cache, layer, 0, kv(1, 2, 2, 1.0), kv(1, 2, 2, 5.0))
+    cache.length = 2
+    cache.keys[:, :, 2:] = 7.0  # what a rolled-back forward left behind
+    cache.pad(10)
+    assert cache.length == 10 and cache.capacity >= 10
+    assert torch.equal(cache.keys[1, :, :2], kv(1, 2, 2, 1.0))
+    assert torch.equal(cache.values[0, :, :2], kv(1, 2, 2, 5.0))
+    assert not cache.keys[:, :, 2:10].any() and not cache.values[:, :, 2:10].any()
+    with pytest.raises(ValueError, match="cannot pad a cache of 10 entries to 4"):
+        cache.pad(4)
+    with pytest.raises(ValueError, match="overflow"):
+        cache.pad(17)
+
+
 def test_static_cache_rollback_moves_length_and_rejects_growing():
     cache = StaticKVCache(1, 1, 2, capacity=4, max_capacity=8, dtype=torch.float32)
     cache.reserve(4)
