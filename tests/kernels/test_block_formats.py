@@ -11,6 +11,7 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import quantize
 
+from specdecode.kernels import native
 from specdecode.kernels.native import BlockPanels
 from specdecode.quant import BLOCK, FORMATS, QuantTensor, decode, random_blocks
 
@@ -38,6 +39,15 @@ def test_decode_gives_exactly_the_numbers_ggufs_reader_gives(qtype):
     decoded = decode(t)
     assert decoded.u.max() < 2 ** FORMATS[qtype].bits
     assert np.array_equal(decoded.values(), t.dequantize().numpy())
+
+
+@pytest.mark.parametrize("qtype", FORMATS)
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_packing_in_chunks_of_rows_gives_the_bytes_of_packing_whole(monkeypatch, qtype, lanes):
+    t = random_quant(qtype, 37, 512, seed=3)  # 37: the last chunk's last panel partly filled
+    whole = native._pack_panels(t, lanes)
+    monkeypatch.setattr(native, "PACK_ROWS", 16)
+    assert np.array_equal(native.pack_blocks(t, lanes), whole)
 
 
 @pytest.mark.parametrize("qtype", FORMATS)

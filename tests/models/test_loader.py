@@ -87,3 +87,36 @@ def test_dtype_q8_0_or_q4_0_quantizes_a_safetensors_model_on_load(tiny_wide_mode
 def test_quantizing_for_the_transformers_backend_fails_in_one_line(tiny_real_vocab_model):
     with pytest.raises(ModelLoadError, match="native backend only"):
         load_model(str(tiny_real_vocab_model), dtype="q8_0", backend="transformers")
+
+
+def test_quantizing_on_load_keeps_an_untied_block_format_input_embedding_as_stored():
+    from specdecode.models.loader import _quantized
+    from specdecode.quant import quantize
+
+    embed, head = quantize(torch.randn(40, 64), "Q5_0"), torch.randn(40, 64)
+    untied = _quantized({"model.embed_tokens.weight": embed, "lm_head.weight": head}, "Q4_0")
+    assert untied["model.embed_tokens.weight"] is embed  # read a row a token: no cheaper in Q4_0
+    assert untied["lm_head.weight"].qtype == "Q4_0"
+    tied = _quantized({"model.embed_tokens.weight": embed}, "Q4_0")  # it is the output layer too
+    assert tied["model.embed_tokens.weight"].qtype == "Q4_0"
+    floats = _quantized({"model.embed_tokens.weight": head, "lm_head.weight": head}, "Q4_0")
+    assert floats["model.embed_tokens.weight"].qtype == "Q4_0"  # 4 bytes a number: converted
+
+
+def test_loading_a_gguf_file_parses_its_header_once(tmp_path, monkeypatch, default_model):
+    from specdecode.app.bench.synthetic import write_random_gguf
+    from specdecode.models import gguf, gguf_check
+
+    path = write_random_gguf(tmp_path / "tiny.gguf", layers=1, hidden=64, heads=4, kv_heads=2,
+                             intermediate=128, context=256)
+    parsed = []
+    original = gguf_check.read_header
+
+    def counted(p):
+        parsed.append(p)
+        return original(p)
+
+    monkeypatch.setattr(gguf_check, "read_header", counted)
+    monkeypatch.setattr(gguf, "read_header", counted)
+    model = load_model(str(path))
+    assert model.backend == "native" and parsed == [path.resolve()]

@@ -27,7 +27,7 @@ import torch
 
 from ..quant import QuantTensor
 from .families import GLOBAL, Family, by_architecture
-from .gguf_check import read_header
+from .gguf_check import GGUFHeader, read_header
 
 ROPE_FACTORS = "rope_factors"  # [head_dim / 2] float32: divides each rotary frequency
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
@@ -81,13 +81,16 @@ def trim_heap() -> None:
         libc.malloc_trim(0)
 
 
-def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantTensor]:
+def read_tensors(path: Path, config, header: GGUFHeader | None = None,
+                 ) -> dict[str, torch.Tensor | QuantTensor]:
     """The file's tensors by transformers name: block formats as `QuantTensor`s over the file's
     memory map, the rest as torch tensors; q/k rows in transformers' order; the rope scaling the
-    config does not carry under `ROPE_FACTORS`. A file this cannot read exactly: ValueError."""
+    config does not carry under `ROPE_FACTORS`. `header`: the file's, already read (else it is
+    read here). A file this cannot read exactly: ValueError."""
     from gguf import GGMLQuantizationType
 
-    header = read_header(path)  # our own reader: gguf's builds an object per vocabulary string
+    # our own reader: gguf's builds an object per vocabulary string
+    header = header or read_header(path)
     fields = header.fields
     architecture = _field(fields, "general.architecture")
     family = by_architecture(architecture)

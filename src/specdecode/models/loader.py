@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from ..core.target import Target
 from ..errors import ModelLoadError
 from ..storage import cache_dir
 from . import decoder, families
-from .gguf_check import check_gguf
+from .gguf_check import GGUFHeader, check_gguf
 from .parts import PARTED, assembled
 from .target import HFTarget
 
@@ -117,7 +118,7 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "a
     if dtype in QUANTIZE_ON_LOAD and backend == "transformers":
         raise ModelLoadError(f"--dtype {dtype} quantizes for the native backend only")
     on_cpu = _check_device(device, backend)
-    source, key = resolve_source(name)
+    source, key, header = _resolve(name)
     tokenizer, config = _load_tokenizer_and_config(source, name)
     why_not = families.unsupported(config)
     use_native = on_cpu and (backend == "native" or (backend == "auto" and why_not is None))
@@ -127,7 +128,8 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "a
     gguf = gguf_file(name)
     weights = None
     if use_native:
-        weights = _read_gguf(gguf, config, torch_dtype) if gguf else _read_safetensors(source)
+        weights = (_read_gguf(gguf, header, config, torch_dtype) if gguf
+                   else _read_safetensors(source))
     if dtype in QUANTIZE_ON_LOAD:
         if weights is None:
             raise ModelLoadError(f"--dtype {dtype} needs a GGUF file or a directory of "
@@ -191,17 +193,27 @@ def gguf_file(name: str) -> Path | None:
 def resolve_source(name: str) -> tuple[Path | str, str]:
     """-> (a directory transformers can load the config and tokenizer from, or a hub id; a stable
     key for the weights)."""
+    source, key, _ = _resolve(name)
+    return source, key
+
+
+def _resolve(name: str) -> tuple[Path | str, str, GGUFHeader | None]:
+    """`resolve_source`, with a GGUF file's checked header (None for other sources): the
+    weights are read through it, not through a second parse of the file (seconds, for a
+    150,000-token vocabulary)."""
     if name in EMBEDDED or name in PARTED:
-        return _gguf_metadata(gguf_file(name)), name
+        directory, header = _gguf_metadata(gguf_file(name))
+        return directory, name, header
     path = Path(name).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"no such GGUF file: {name}")
-        return _gguf_metadata(path.resolve()), f"gguf-{_fingerprint(path.resolve())}"
+        directory, header = _gguf_metadata(path.resolve())
+        return directory, f"gguf-{_fingerprint(path.resolve())}", header
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"{name} is a directory but holds no config.json (not a model)")
-        return path, f"dir-{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
+        return path, f"dir-{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}", None
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
         known = ", ".join([*EMBEDDED, *PARTED])
         raise ModelLoadError(
@@ -210,7 +222,7 @@ def resolve_source(name: str) -> tuple[Path | str, str]:
     if not os.environ.get("HF_HUB_OFFLINE") and not _hub_reachable():
         raise ModelLoadError(f"cannot load model {name!r}: it is not a local path and the "
                              "Hugging Face hub is unreachable (offline?)")
-    return name, "hub-" + name.replace("/", "--")
+    return name, "hub-" + name.replace("/", "--"), None
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -238,13 +250,14 @@ def _gguf_cache(gguf: Path) -> Path:
     return cache_dir() / "gguf" / f"{gguf.stem}-{_fingerprint(gguf)}"
 
 
-def _gguf_metadata(gguf: Path) -> Path:
+def _gguf_metadata(gguf: Path) -> tuple[Path, GGUFHeader]:
     """A directory with the GGUF file's config and tokenizer, as transformers reads them from it
-    (written once, seconds; the native backend reads the weights from the file itself)."""
+    (written once, seconds; the native backend reads the weights from the file itself), and the
+    file's header, checked."""
     header = check_gguf(gguf)  # untrusted input: checked before any reader or kernel sees it
     target = _gguf_cache(gguf)
     if (target / "config.json").is_file():
-        return target
+        return target, header
     from transformers import AutoConfig, AutoTokenizer
 
     try:
@@ -261,7 +274,7 @@ def _gguf_metadata(gguf: Path) -> Path:
     if family is not None and family.from_gguf is not None:
         family.from_gguf(config, fields)
     _write_aside(target, lambda tmp: [part.save_pretrained(tmp) for part in parts])
-    return target
+    return target, header
 
 
 def _converted_gguf(gguf: Path) -> Path:
@@ -296,13 +309,14 @@ def _write_aside(target: Path, write) -> None:
     tmp.rename(target)
 
 
-def _read_gguf(gguf: Path, config, dtype: torch.dtype | None) -> dict:
-    """The GGUF file's tensors as stored, or dequantized to `dtype` when one is given."""
+def _read_gguf(gguf: Path, header: GGUFHeader, config, dtype: torch.dtype | None) -> dict:
+    """The GGUF file's tensors (its `header` checked) as stored, or dequantized to `dtype` when
+    one is given."""
     from ..quant import QuantTensor
     from .gguf import read_tensors
 
     try:
-        tensors = read_tensors(gguf, config)
+        tensors = read_tensors(gguf, config, header)
     except (ValueError, KeyError) as exc:  # a damaged file is the user's input, not our bug
         raise ModelLoadError(f"cannot read GGUF file {gguf}: {_first_line(exc)}") from exc
     if dtype is None:
@@ -340,7 +354,9 @@ def _load_hf_model(source: Path | str, name: str) -> torch.nn.Module:
 
 def _quantized(weights: dict, qtype: str) -> dict:
     """Every matrix whose rows split into blocks of 32 in `qtype` (from its fp32 numbers); the
-    rest (norms, biases) as they are."""
+    rest (norms, biases) as they are, and so is an input embedding already in a block format
+    where the output layer is a matrix of its own: a step reads one embedding row a token,
+    whatever its format, and converting 150,000 rows took seconds of every load."""
     from ..quant import BLOCK, QuantTensor, quantize
 
     def convert(t):
@@ -350,7 +366,14 @@ def _quantized(weights: dict, qtype: str) -> dict:
             return quantize(t, qtype)
         return t
 
-    return {name: convert(t) for name, t in weights.items()}
+    embed = weights.get("model.embed_tokens.weight")
+    kept = ({"model.embed_tokens.weight"}
+            if "lm_head.weight" in weights and isinstance(embed, QuantTensor) else set())
+    # side by side on every core: numpy's work releases the GIL
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        converted = pool.map(lambda item: item[1] if item[0] in kept else convert(item[1]),
+                             weights.items())
+        return dict(zip(weights, converted))
 
 
 def _read_safetensors(source: Path | str) -> dict[str, torch.Tensor] | None:
