@@ -120,3 +120,31 @@ def test_loading_a_gguf_file_parses_its_header_once(tmp_path, monkeypatch, defau
     monkeypatch.setattr(gguf, "read_header", counted)
     model = load_model(str(path))
     assert model.backend == "native" and parsed == [path.resolve()]
+
+
+def test_converting_a_gguf_file_for_transformers_reads_the_file_once(tmp_path, monkeypatch):
+    """The tokenizer and config come from the metadata directory: only the weights are read."""
+    import gguf
+    import transformers
+
+    from gguf_layout import VOCAB, write_like_llama_cpp
+    from specdecode.models.loader import _converted_gguf, resolve_source
+
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64)
+    path = write_like_llama_cpp(transformers.LlamaForCausalLM(config).eval(),
+                                tmp_path / "tiny.gguf")
+    metadata, _ = resolve_source(str(path))
+    readers = []
+    original = gguf.GGUFReader.__init__
+
+    def counted(self, *args, **kwargs):
+        readers.append(args)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(gguf.GGUFReader, "__init__", counted)
+    assert _converted_gguf(path.resolve()) == metadata
+    assert len(readers) == 1 and (metadata / "model.safetensors").is_file()
+    model = load_model(str(path), backend="transformers")
+    assert model.backend == "transformers" and len(model.tokenizer) == VOCAB

@@ -283,13 +283,18 @@ def _converted_gguf(gguf: Path) -> Path:
     target = _gguf_cache(gguf)
     if (target / "model.safetensors").is_file():
         return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     logging.getLogger("specdecode").warning("converting %s once for transformers (cached in %s)",
                                             gguf.name, target)
+    # the tokenizer and config as transformers read them from the file (`_gguf_metadata`), not
+    # read again: each reading parses the whole vocabulary (seconds); the weights are transformers'
+    # own reading of the file, the reference the native path is checked against
+    metadata = target if (target / "config.json").is_file() else _gguf_metadata(gguf)[0]
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(metadata)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, config=AutoConfig.from_pretrained(metadata))
     except Exception as exc:  # a corrupt or unsupported file is the user's input, not our bug
         raise ModelLoadError(f"cannot read GGUF file {gguf}: {_first_line(exc)}") from exc
     # the weights are now plain float tensors; drop the marker that forbids saving them

@@ -8,6 +8,7 @@ like any other GGUF model.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,19 @@ from ...quant import random_blocks
 
 # parameters of a ~1B Llama-family model (Llama-3.2-1B's shape with SmolLM2's vocabulary)
 ONE_B = dict(layers=16, hidden=2048, heads=32, kv_heads=8, intermediate=8192)
+
+
+@functools.lru_cache(maxsize=1)
+def _tokenizer_fields() -> tuple[tuple[str, object, int, int | None], ...]:
+    """The embedded default model's tokenizer metadata: (key, value, GGUF value type, array
+    element type) each. Read once a process: gguf's reader makes an object per vocabulary string
+    (seconds), and the tests write a dozen files."""
+    from gguf import GGUFReader, GGUFValueType
+
+    source = GGUFReader(str(gguf_file(next(iter(EMBEDDED)))))
+    return tuple((name, field.contents(), field.types[0],
+                  field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None)
+                 for name, field in source.fields.items() if name.startswith("tokenizer."))
 
 
 def q4_k_m(part: str, layer: int, layers: int) -> str:
@@ -35,17 +49,14 @@ def write_random_gguf(path: Path, *, layers: int, hidden: int, heads: int, kv_he
     """A GGUF file of random weights: matrices in `qtype`, the (tied) embedding in
     `embed_qtype`, norms F32 (quantized bytes spool to a temporary file past 256 MB).
     qtype "Q4_K_M" is llama.cpp's mix of Q4_K and Q6_K (`q4_k_m`; embed_qtype is then ignored)."""
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+    from gguf import GGMLQuantizationType, GGUFWriter
     from gguf.quants import quantize
 
-    source = GGUFReader(str(gguf_file(next(iter(EMBEDDED)))))
     writer = GGUFWriter(str(path), "llama", use_temp_file=True)
-    for name, field in source.fields.items():  # the tokenizer and its special tokens
-        if name.startswith("tokenizer."):
-            kind = field.types[0]
-            sub = field.types[-1] if kind == GGUFValueType.ARRAY else None
-            writer.add_key_value(name, field.contents(), kind, sub)
-    vocab = len(source.fields["tokenizer.ggml.tokens"].data)
+    tokenizer = _tokenizer_fields()
+    for name, value, kind, sub in tokenizer:  # the tokenizer and its special tokens
+        writer.add_key_value(name, value, kind, sub)
+    vocab = next(len(value) for name, value, _, _ in tokenizer if name == "tokenizer.ggml.tokens")
     writer.add_block_count(layers)
     writer.add_context_length(context)
     writer.add_embedding_length(hidden)
