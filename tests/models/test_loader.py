@@ -103,12 +103,23 @@ def test_quantizing_on_load_keeps_an_untied_block_format_input_embedding_as_stor
     assert floats["model.embed_tokens.weight"].qtype == "Q4_0"  # 4 bytes a number: converted
 
 
-def test_loading_a_gguf_file_parses_its_header_once(tmp_path, monkeypatch, default_model):
-    from specdecode.app.bench.synthetic import write_random_gguf
+def _tiny_llama_gguf(path):
+    """A tiny random Llama in llama.cpp's layout, with a 320-token vocabulary (transformers reads
+    the metadata of a real vocabulary for seconds)."""
+    import transformers
+
+    from gguf_layout import VOCAB, write_like_llama_cpp
+
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64)
+    return write_like_llama_cpp(transformers.LlamaForCausalLM(config).eval(), path)
+
+
+def test_loading_a_gguf_file_parses_its_header_once(tmp_path, monkeypatch):
     from specdecode.models import gguf, gguf_check
 
-    path = write_random_gguf(tmp_path / "tiny.gguf", layers=1, hidden=64, heads=4, kv_heads=2,
-                             intermediate=128, context=256)
+    path = _tiny_llama_gguf(tmp_path / "tiny.gguf")
     parsed = []
     original = gguf_check.read_header
 
@@ -125,16 +136,11 @@ def test_loading_a_gguf_file_parses_its_header_once(tmp_path, monkeypatch, defau
 def test_converting_a_gguf_file_for_transformers_reads_the_file_once(tmp_path, monkeypatch):
     """The tokenizer and config come from the metadata directory: only the weights are read."""
     import gguf
-    import transformers
 
-    from gguf_layout import VOCAB, write_like_llama_cpp
+    from gguf_layout import VOCAB
     from specdecode.models.loader import _converted_gguf, resolve_source
 
-    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
-                                      num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=2, max_position_embeddings=64)
-    path = write_like_llama_cpp(transformers.LlamaForCausalLM(config).eval(),
-                                tmp_path / "tiny.gguf")
+    path = _tiny_llama_gguf(tmp_path / "tiny.gguf")
     metadata, _ = resolve_source(str(path))
     readers = []
     original = gguf.GGUFReader.__init__
