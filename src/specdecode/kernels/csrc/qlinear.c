@@ -347,6 +347,9 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
  * much as its dot products), and the rows' fp32 sums wait in L1 between blocks. A row gets the
  * same operations in the same order as in a tile: bitwise the same result. */
 #define STREAM_ROWS 64
+#ifndef QSTREAM_PANELS /* panels a stream unpacks at a time (an instruction set may set fewer) */
+#define QSTREAM_PANELS QMAX_PANELS
+#endif
 ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struct xblock *x,
                           const uint8_t *w, float *y, int64_t I, int64_t O, int64_t p,
                           const uint8_t *next, int64_t ahead) {
@@ -400,7 +403,7 @@ _Static_assert(QROWS_PER_TILE <= 4 && QMAX_PANELS <= 4, "add cases to qlinear_sh
         switch (nb) { PANELS(R, 1) PANELS(R, 2) PANELS(R, 3) PANELS(R, 4) } \
     break;
 #define STREAMED(NB) case NB: \
-    if (NB <= QMAX_PANELS) stream(f, NB, n, xr, job->w, yr, I, O, p, next, ahead); \
+    if (NB <= QSTREAM_PANELS) stream(f, NB, n, xr, job->w, yr, I, O, p, next, ahead); \
     break;
 
 /* this thread's share of the output panels, for every row of x */
@@ -409,7 +412,7 @@ ALWAYS_INLINE void qlinear_share(const struct qlinear_job *job, int thread, int 
     const int64_t T = job->T, I = job->I, O = job->O, P = (O + VL - 1) / VL, blocks = I / BLOCK;
     const int streamed = T > QROWS_PER_TILE;
     const int64_t rows = streamed ? STREAM_ROWS : T < QROWS_PER_TILE ? T : QROWS_PER_TILE;
-    const int64_t group = streamed ? QMAX_PANELS : QPANELS_FOR(rows);
+    const int64_t group = streamed ? QSTREAM_PANELS : QPANELS_FOR(rows);
     long long begin, end;
     share(P, thread, threads, &begin, &end);
     const int64_t panel_bytes = blocks / blocks_per_super(f) * super_bytes(f);
