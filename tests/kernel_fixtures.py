@@ -32,7 +32,8 @@ def emulated_arm(tmp_path_factory):
     emulated_module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(emulated_module)
     INSTALL, EmulatedLibrary = emulated_module.INSTALL, emulated_module.EmulatedLibrary
-    build_driver, missing_tools = emulated_module.build_driver, emulated_module.missing_tools
+    start_driver, finish_driver = emulated_module.start_driver, emulated_module.finish_driver
+    missing_tools = emulated_module.missing_tools
 
     missing = missing_tools()
     if missing:
@@ -42,16 +43,23 @@ def emulated_arm(tmp_path_factory):
         skip_or_fail(f"neon: no ARM CPU here and {' and '.join(missing)} missing to emulate one "
                     f"({INSTALL})")
     libraries: dict[str, EmulatedLibrary] = {}
+    # every ARM path's driver compiling at once, each on a core: the tests wait for the first
+    # either way, and the second is ready when its tests come
+    outputs = {path: tmp_path_factory.mktemp(path) / "driver" for path in ARM_PATHS}
+    compiling = {path: start_driver(out, path) for path, out in outputs.items()}
 
     def emulated(path: str) -> CKernels:
         if path not in libraries:
-            driver = build_driver(tmp_path_factory.mktemp(path) / "driver", path)
-            libraries[path] = EmulatedLibrary(driver)
+            libraries[path] = EmulatedLibrary(finish_driver(compiling[path], outputs[path]))
         return CKernels(libraries[path])
 
     yield emulated
     for library in libraries.values():
         library.close()
+    for process in compiling.values():
+        if process.poll() is None:  # a driver no test asked for, still compiling
+            process.kill()
+            process.communicate()
 
 
 @pytest.fixture(scope="session", params=KERNEL_PATHS)

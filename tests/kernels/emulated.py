@@ -25,14 +25,20 @@ def missing_tools() -> list[str]:
     return [tool for tool in (CROSS_COMPILER, EMULATOR) if shutil.which(tool) is None]
 
 
-def build_driver(out: Path, path: str = "neon") -> Path:
-    """The driver with the kernels of an ARM path (neon, neondot), statically linked (qemu then
-    needs no aarch64 libc)."""
+def start_driver(out: Path, path: str = "neon") -> subprocess.Popen:
+    """Start compiling the driver with the kernels of an ARM path (neon, neondot) into `out`,
+    statically linked (qemu then needs no aarch64 libc); `finish_driver` waits for it. Each takes
+    most of a minute on a slow x86 core: the paths' drivers compile side by side."""
     sources = sorted(build.SOURCES.glob("*.c"))
     command = [CROSS_COMPILER, *build.OPTIMIZE, *build.FLAGS[path], "-fopenmp", "-static",
                f"-I{build.SOURCES}", *map(str, sources), str(DRIVER), "-o", str(out), "-lm"]
-    result = subprocess.run(command, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_driver(compiling: subprocess.Popen, out: Path) -> Path:
+    """The driver `start_driver` compiles into `out`, once compiled."""
+    _, errors = compiling.communicate()
+    assert compiling.returncode == 0, errors
     return out
 
 
