@@ -50,6 +50,20 @@ def test_argument_error_is_one_line_exit_2(capsys):
     assert len(err) == 1 and "invalid int value" in err[0]
 
 
+def test_log_messages_go_to_stderr_as_it_is_when_they_come(monkeypatch):
+    import io
+    import logging
+
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    with pytest.raises(SystemExit):
+        main(["--help-not-an-option"])  # makes the handler while stderr is `first`
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("specdecode").warning("a later message")
+    assert "specdecode: a later message" in second.getvalue()
+    assert "a later message" not in first.getvalue()
+
+
 def test_prompt_longer_than_context_exits_2(capsys, tiny_real_vocab_model):
     code, _, err = run_cli(capsys, "generate", "--model", str(tiny_real_vocab_model), "--no-chat",
                            "word " * 200)

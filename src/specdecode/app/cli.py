@@ -272,10 +272,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to sys.stderr as it is when a message comes, not as it was when the handler was
+    made: a caller that calls `main` again with stderr redirected (a test, a notebook) gets the
+    messages where its errors go."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler sets it; the property reads stderr anew
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     logger = logging.getLogger("specdecode")  # ours only: libraries keep their own logging
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("specdecode: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.WARNING)
