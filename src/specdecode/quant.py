@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -206,11 +207,18 @@ def _gguf_rows(qtype: str, quantizing: bool, data: np.ndarray) -> np.ndarray:
     if not quantizing:
         traits.init_grid()  # (the formats with a lookup grid build it first, as gguf does)
     convert = traits.quantize_rows if quantizing else traits.dequantize_rows
-    chunks = [data[r : r + CONVERT_ROWS] for r in range(0, len(data), CONVERT_ROWS)]
-    if len(chunks) == 1:
-        return convert(data)
-    with ThreadPoolExecutor(min(len(chunks), os.cpu_count() or 1)) as pool:
-        return np.concatenate(list(pool.map(convert, chunks)))
+    return in_row_chunks(lambda start, stop: convert(data[start:stop]), len(data), CONVERT_ROWS)
+
+
+def in_row_chunks(convert: Callable[[int, int], np.ndarray], rows: int,
+                  chunk: int) -> np.ndarray:
+    """convert(start, stop) of rows start..stop-1, for chunks of `chunk` rows side by side on
+    every core (numpy's work releases the GIL), concatenated in order."""
+    starts = range(0, rows, chunk)
+    if len(starts) == 1:
+        return convert(0, rows)
+    with ThreadPoolExecutor(min(len(starts), os.cpu_count() or 1)) as pool:
+        return np.concatenate(list(pool.map(lambda r: convert(r, min(r + chunk, rows)), starts)))
 
 
 def random_blocks(qtype: str, rows: int, columns: int, rng: np.random.Generator,

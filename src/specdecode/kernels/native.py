@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -12,7 +10,7 @@ import numpy as np
 import torch
 
 from ..errors import KernelError
-from ..quant import BLOCK, FORMATS, QuantTensor, decode
+from ..quant import BLOCK, FORMATS, QuantTensor, decode, in_row_chunks
 from .layer import ACTIVATIONS, DecoderLayer, StackShape
 from .torch_path import ROW_INVARIANT_ROWS, CacheRows, each_sequence, long_attention
 
@@ -100,11 +98,8 @@ def pack_blocks(t: QuantTensor, lanes: int) -> np.ndarray:
     (`csrc/qlinear.c`): per panel and super-block, the lanes' scale fields, then per block of 32
     the integers u in groups of 4 consecutive k per lane."""
     assert PACK_ROWS % lanes == 0, lanes  # a chunk's panels are whole: chunks concatenate
-    if t.out_features <= PACK_ROWS:
-        return _pack_panels(t, lanes)
-    chunks = [t.take(slice(r, r + PACK_ROWS)) for r in range(0, t.out_features, PACK_ROWS)]
-    with ThreadPoolExecutor(min(len(chunks), os.cpu_count() or 1)) as pool:
-        return np.concatenate(list(pool.map(lambda chunk: _pack_panels(chunk, lanes), chunks)))
+    return in_row_chunks(lambda start, stop: _pack_panels(t.take(slice(start, stop)), lanes),
+                         t.out_features, PACK_ROWS)
 
 
 def _pack_panels(t: QuantTensor, lanes: int) -> np.ndarray:
