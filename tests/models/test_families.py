@@ -204,3 +204,34 @@ def test_each_familys_layers_in_one_kernel_call_give_the_bits_of_the_layer_loop(
     one_call = steps()
     target._stack = None
     assert all(torch.equal(a, b) for a, b in zip(one_call, steps()))
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3_moe"])
+def test_each_familys_gguf_tokenizer_is_autotokenizers_own_reading_with_one_reading_of_the_fields(
+        kind, tmp_path, monkeypatch):
+    """The metadata directory's tokenizer is the class and files AutoTokenizer gives for the file,
+    while transformers' reader of every field (GGUFReader: 25 s for Qwen's vocabulary) runs once,
+    for the config; twice only where transformers names no tokenizer class for the model type."""
+    import gguf
+    import transformers
+    from gguf_layout import write_like_llama_cpp
+
+    from specdecode.models.loader import _gguf_metadata
+
+    path = write_like_llama_cpp(tiny(kind), tmp_path / f"{kind}.gguf")
+    readings = []
+    original = gguf.GGUFReader.__init__
+
+    def counted(self, *args, **kwargs):
+        readings.append(args)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(gguf.GGUFReader, "__init__", counted)
+    metadata, _ = _gguf_metadata(path)
+    assert len(readings) == (2 if kind == "llama" else 1)
+    own = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
+    own.save_pretrained(tmp_path / "own")
+    saved = transformers.AutoTokenizer.from_pretrained(metadata)
+    assert type(saved) is type(own)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (metadata / name).read_bytes() == (tmp_path / "own" / name).read_bytes()
