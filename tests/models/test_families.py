@@ -207,15 +207,16 @@ def test_each_familys_layers_in_one_kernel_call_give_the_bits_of_the_layer_loop(
 
 
 @pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3_moe"])
-def test_each_familys_gguf_tokenizer_is_autotokenizers_own_reading_with_one_reading_of_the_fields(
+def test_each_familys_gguf_config_and_tokenizer_are_transformers_reading_without_its_slow_reader(
         kind, tmp_path, monkeypatch):
-    """The metadata directory's tokenizer is the class and files AutoTokenizer gives for the file,
-    while transformers' reader of every field (GGUFReader: 25 s for Qwen's vocabulary) runs once,
-    for the config; twice only where transformers names no tokenizer class for the model type."""
+    """The config (before a family's own fixes) and the tokenizer files are those of transformers'
+    own reading of the file (AutoConfig, AutoTokenizer), while gguf's reader of every field (25 s
+    for Qwen's vocabulary) runs only where transformers names no tokenizer class (llama)."""
     import gguf
     import transformers
     from gguf_layout import write_like_llama_cpp
 
+    from specdecode.models.gguf_config import transformers_config
     from specdecode.models.loader import _gguf_metadata
 
     path = write_like_llama_cpp(tiny(kind), tmp_path / f"{kind}.gguf")
@@ -227,11 +228,13 @@ def test_each_familys_gguf_tokenizer_is_autotokenizers_own_reading_with_one_read
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(gguf.GGUFReader, "__init__", counted)
-    metadata, _ = _gguf_metadata(path)
-    assert len(readings) == (2 if kind == "llama" else 1)
+    metadata, header = _gguf_metadata(path)
+    assert len(readings) == (1 if kind == "llama" else 0)
+    config = transformers.AutoConfig.from_pretrained(tmp_path, gguf_file=path.name)
+    ours = transformers_config(header).to_dict()
+    assert ours == {**config.to_dict(), "_name_or_path": ""}  # before the family's own fixes
     own = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
     own.save_pretrained(tmp_path / "own")
-    saved = transformers.AutoTokenizer.from_pretrained(metadata)
-    assert type(saved) is type(own)
+    assert type(transformers.AutoTokenizer.from_pretrained(metadata)) is type(own)
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        assert (metadata / name).read_bytes() == (tmp_path / "own" / name).read_bytes()
+        assert (metadata / name).read_bytes() == (tmp_path / "own" / name).read_bytes(), name

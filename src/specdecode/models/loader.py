@@ -35,6 +35,7 @@ from ..errors import ModelLoadError
 from ..storage import cache_dir
 from . import decoder, families
 from .gguf_check import GGUFHeader, check_gguf
+from .gguf_config import transformers_config
 from .parts import PARTED, assembled
 from .target import HFTarget
 
@@ -261,11 +262,13 @@ def _gguf_metadata(gguf: Path) -> tuple[Path, GGUFHeader]:
     from transformers import AutoConfig, AutoTokenizer
 
     try:
-        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # transformers' reading of the config parses every field (25 s for a 151,936-token
+        # vocabulary on Zen 1): the architectures computed natively take it from our header
+        config = (transformers_config(header)
+                  or AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name))
         # the tokenizer class transformers names for the config's model type, which AutoTokenizer
-        # would choose, without AutoTokenizer reading the config from the file again (that reads
-        # every field: 25 s for a 151,936-token vocabulary on Zen 1); a type it names no class
-        # for (llama) is left to AutoTokenizer's own choice
+        # would choose, without AutoTokenizer reading the config from the file again; a type it
+        # names no class for (llama) is left to AutoTokenizer's own choice
         try:
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                       tokenizer_type=config.model_type)
