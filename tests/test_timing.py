@@ -66,7 +66,7 @@ def test_a_curve_measured_once_is_saved_for_later_processes(tiny_llama, monkeypa
     monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
     monkeypatch.setattr(timing, "_MEASURED", {})
     measured = StepCost((1, 2, 8), (1.0, 1.3, 2.5), 64, 2e-5, 1024, (1.4, 1.9))
-    monkeypatch.setattr(timing, "measure", lambda target: measured)
+    monkeypatch.setattr(timing, "measure", lambda target, repeats: measured)
     model = load(tiny_llama, 6)
     assert step_cost(model) == measured
     monkeypatch.setattr(timing, "_MEASURED", {})  # a new process
@@ -83,10 +83,11 @@ def test_a_decoder_is_made_without_timing_and_times_once_when_first_needed_sayin
     monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))  # no profile with a saved curve
     monkeypatch.setattr(timing, "_MEASURED", {})
     calls = []
-    monkeypatch.setattr(timing, "measure", lambda target: calls.append(target) or
+    monkeypatch.setattr(timing, "measure", lambda target, repeats: calls.append(repeats) or
                         StepCost((1, 2), (1.0, 1.5)))
     decoder = SpecDecoder(load_model(str(tiny_real_vocab_model)), "lookup")
     assert calls == []
     with caplog.at_level("WARNING", logger="specdecode"):
         assert decoder.cost == StepCost((1, 2), (1.0, 1.5)) and decoder.cost is decoder.cost
-    assert len(calls) == 1 and "steps on this machine once" in caplog.text
+    # once, with the first use's repeats (fewer than `tune`'s)
+    assert calls == [timing.FIRST_USE_REPEATS] and "steps on this machine once" in caplog.text

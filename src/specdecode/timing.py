@@ -1,6 +1,6 @@
 """Timing a target's steps on this machine: the step-cost curve (`core.cost.StepCost`) the draft
-budget reads, measured once per model, weight formats and kernel path (seconds; a minute for a
-1.5B model on an AVX2-only CPU), kept for the process and saved in the model's profile for later
+budget reads, measured once per model, weight formats and kernel path (seconds; 47 s for a 1.5B
+model on an AVX2-only CPU), kept for the process and saved in the model's profile for later
 processes on the same machine and kernel path (`specdecode tune` measures it again).
 """
 
@@ -30,6 +30,10 @@ PROFILE_SECTION = "step_cost"
 # 1- and 2-row times, so their noise decides whether drafting starts at all
 SETTLE, SMALL_TIMED, SMALL_STEP = 3, 3, 8
 LONG_CONTEXT = 1024
+# repeats of a curve measured on first use (`specdecode tune` takes measure's 5): the 1.5B on
+# Zen 1 AVX2, 3 repeats 47 s against 73 s, row costs within the spread of two 5-repeat curves
+# (BENCHMARKS.md, "First use of the pair")
+FIRST_USE_REPEATS = 3
 
 # by (model, weight formats, kernel path), not by thread count: every load of one model in a
 # process drafts alike, so a server's worker thread and a library call report the same τ
@@ -117,7 +121,7 @@ def step_cost(model: "LoadedModel") -> StepCost:
             logging.getLogger("specdecode").warning(
                 "timing %s's steps on this machine once (seconds to a minute; kept in its profile "
                 "for later runs)", model.key)
-            cost = measure(model.target)
+            cost = measure(model.target, repeats=FIRST_USE_REPEATS)
             try:
                 save_step_cost(model, cost)
             except OSError as exc:  # a read-only cache costs later runs the timing, nothing else
