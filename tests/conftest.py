@@ -77,3 +77,20 @@ def tiny_llama():
 
 # fixtures that need a real tokenizer (the default model, tiny models saved as directories)
 pytest_plugins = ["model_fixtures", "kernel_fixtures"]
+
+
+@pytest.fixture
+def gguf_readings(monkeypatch) -> list:
+    """The files gguf's GGUFReader is opened on from here on (each reading builds every field of
+    the file: for a real vocabulary, seconds)."""
+    import gguf
+
+    readings = []
+    original = gguf.GGUFReader.__init__
+
+    def counted(self, *args, **kwargs):
+        readings.append(args)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(gguf.GGUFReader, "__init__", counted)
+    return readings

@@ -208,11 +208,10 @@ def test_each_familys_layers_in_one_kernel_call_give_the_bits_of_the_layer_loop(
 
 @pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3_moe"])
 def test_each_familys_gguf_config_and_tokenizer_are_transformers_reading_without_its_slow_reader(
-        kind, tmp_path, monkeypatch):
+        kind, tmp_path, gguf_readings):
     """The config (before a family's own fixes) and the tokenizer files are those of transformers'
     own reading of the file (AutoConfig, AutoTokenizer), while gguf's reader of every field (25 s
     for Qwen's vocabulary) runs only where transformers names no tokenizer class (llama)."""
-    import gguf
     import transformers
     from gguf_layout import write_like_llama_cpp
 
@@ -220,16 +219,8 @@ def test_each_familys_gguf_config_and_tokenizer_are_transformers_reading_without
     from specdecode.models.loader import _gguf_metadata
 
     path = write_like_llama_cpp(tiny(kind), tmp_path / f"{kind}.gguf")
-    readings = []
-    original = gguf.GGUFReader.__init__
-
-    def counted(self, *args, **kwargs):
-        readings.append(args)
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(gguf.GGUFReader, "__init__", counted)
     metadata, header = _gguf_metadata(path)
-    assert len(readings) == (1 if kind == "llama" else 0)
+    assert len(gguf_readings) == (1 if kind == "llama" else 0)
     config = transformers.AutoConfig.from_pretrained(tmp_path, gguf_file=path.name)
     ours = transformers_config(header).to_dict()
     assert ours == {**config.to_dict(), "_name_or_path": ""}  # before the family's own fixes

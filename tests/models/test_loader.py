@@ -133,24 +133,15 @@ def test_loading_a_gguf_file_parses_its_header_once(tmp_path, monkeypatch):
     assert model.backend == "native" and parsed == [path.resolve()]
 
 
-def test_converting_a_gguf_file_for_transformers_reads_the_file_once(tmp_path, monkeypatch):
+def test_converting_a_gguf_file_for_transformers_reads_the_file_once(tmp_path, request):
     """The tokenizer and config come from the metadata directory: only the weights are read."""
-    import gguf
-
     from gguf_layout import VOCAB
     from specdecode.models.loader import _converted_gguf, resolve_source
 
     path = _tiny_llama_gguf(tmp_path / "tiny.gguf")
     metadata, _ = resolve_source(str(path))
-    readers = []
-    original = gguf.GGUFReader.__init__
-
-    def counted(self, *args, **kwargs):
-        readers.append(args)
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(gguf.GGUFReader, "__init__", counted)
+    readings = request.getfixturevalue("gguf_readings")  # from here on
     assert _converted_gguf(path.resolve()) == metadata
-    assert len(readers) == 1 and (metadata / "model.safetensors").is_file()
+    assert len(readings) == 1 and (metadata / "model.safetensors").is_file()
     model = load_model(str(path), backend="transformers")
     assert model.backend == "transformers" and len(model.tokenizer) == VOCAB
