@@ -220,23 +220,25 @@ static void quantize_task(void *context, int thread, int threads) {
     for (long long r = begin; r < end; r++) quantize_block(job->x + r * BLOCK, job->out + r);
 }
 
-/* The headers of super-block sb of panels p..p+nb-1 and their fp32 factors (super_scales) */
-ALWAYS_INLINE void panel_supers(const int f, const int nb, const uint8_t *w, int64_t supers,
-                                int64_t p, int64_t sb, const uint8_t *headers[], vf d[], vf m[]) {
-    for (int n = 0; n < nb; n++) {
-        headers[n] = w + ((p + n) * supers + sb) * super_bytes(f);
-        super_scales(f, headers[n], &d[n], &m[n]);
-    }
-}
+/* the headers of the current super-block of a run of panels, and their fp32 factors */
+struct supers {
+    const uint8_t *headers[QMAX_PANELS];
+    vf d[QMAX_PANELS], m[QMAX_PANELS];
+};
 
-/* The scales and quants of block j of those super-blocks: D (per half block), w0, and where its
- * packed quants start */
-ALWAYS_INLINE void panel_blocks(const int f, const int nb, const uint8_t *const headers[],
-                                const vf d[], const vf m[], int64_t j, vf D[][2], vf w0[],
+/* The scales and quants of block b of panels p..p+nb-1: D (per half block), w0, and where its
+ * packed quants start. `at` holds the block's super-block, read at its first block (b in order) */
+ALWAYS_INLINE void panel_blocks(const int f, const int nb, const uint8_t *w, int64_t supers,
+                                int64_t p, int64_t b, struct supers *at, vf D[][2], vf w0[],
                                 const uint8_t *quants[]) {
+    const int64_t j = b % blocks_per_super(f);
     for (int n = 0; n < nb; n++) {
-        scales_of(f, headers[n], j, d[n], m[n], D[n], &w0[n]);
-        quants[n] = headers[n] + VL * header_bytes(f) + j * VL * payload_bytes(f);
+        if (j == 0) {
+            at->headers[n] = w + ((p + n) * supers + b / blocks_per_super(f)) * super_bytes(f);
+            super_scales(f, at->headers[n], &at->d[n], &at->m[n]);
+        }
+        scales_of(f, at->headers[n], j, at->d[n], at->m[n], D[n], &w0[n]);
+        quants[n] = at->headers[n] + VL * header_bytes(f) + j * VL * payload_bytes(f);
     }
 }
 
@@ -324,49 +326,44 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
     const int64_t blocks = I / BLOCK, supers = blocks / blocks_per_super(f);
     vf acc[QROWS_PER_TILE][QMAX_PANELS];
     zero_sums(acc, rows, nb);
-    for (int64_t sb = 0; sb < supers; sb++) {
-        const uint8_t *headers[QMAX_PANELS];
-        vf d[QMAX_PANELS], m[QMAX_PANELS];
-        panel_supers(f, nb, w, supers, p, sb, headers, d, m);
-        for (int64_t j = 0; j < blocks_per_super(f); j++) {
-            const int64_t b = sb * blocks_per_super(f) + j;
-            prefetch_share(f, nb, next, ahead, b);
-            vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
-            const uint8_t *quants[QMAX_PANELS];
-            panel_blocks(f, nb, headers, d, m, j, D, w0, quants);
-            /* both halves' sums in one pass over the quants: each group is unpacked once; lo and
-             * hi in separate sums (two dependency chains of 4 dot products, not one of 8), added
-             * exactly where the format has one scale per block */
-            vi isum[2][QROWS_PER_TILE][QMAX_PANELS];
-            for (int h = 0; h < 2; h++)
-                for (int t = 0; t < rows; t++)
-                    for (int n = 0; n < nb; n++) isum[h][t][n] = viset1(0);
-#ifdef VDOT_PAIRS16
-            if (bits(f) <= 6)
-                tile_sums16(f, rows, nb, x, blocks, b, quants, isum);
-            else
-#endif
-                for (int g = 0; g < 4; g++)
-                    for (int n = 0; n < nb; n++) {
-                        vi lo, hi;
-                        group(f, quants[n], g, &lo, &hi);
-                        for (int t = 0; t < rows; t++) {
-                            const int8_t *q = x[t * blocks + b].q;
-                            isum[0][t][n] = dot(f, isum[0][t][n], lo, vbroadcast4(q + 4 * g));
-                            isum[1][t][n] = dot(f, isum[1][t][n], hi, vbroadcast4(q + 16 + 4 * g));
-                        }
-                    }
+    struct supers at = {0}; /* filled at block 0 */
+    for (int64_t b = 0; b < blocks; b++) {
+        prefetch_share(f, nb, next, ahead, b);
+        vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
+        const uint8_t *quants[QMAX_PANELS];
+        panel_blocks(f, nb, w, supers, p, b, &at, D, w0, quants);
+        /* both halves' sums in one pass over the quants: each group is unpacked once; lo and
+         * hi in separate sums (two dependency chains of 4 dot products, not one of 8), added
+         * exactly where the format has one scale per block */
+        vi isum[2][QROWS_PER_TILE][QMAX_PANELS];
+        for (int h = 0; h < 2; h++)
             for (int t = 0; t < rows; t++)
+                for (int n = 0; n < nb; n++) isum[h][t][n] = viset1(0);
+#ifdef VDOT_PAIRS16
+        if (bits(f) <= 6)
+            tile_sums16(f, rows, nb, x, blocks, b, quants, isum);
+        else
+#endif
+            for (int g = 0; g < 4; g++)
                 for (int n = 0; n < nb; n++) {
-                    const struct xblock *xb = &x[t * blocks + b];
-                    if (halves(f) == 1)
-                        acc[t][n] = scaled(f, acc[t][n], viadd(isum[0][t][n], isum[1][t][n]),
-                                           D[n][0], w0[n], xb, 0);
-                    else
-                        for (int h = 0; h < 2; h++)
-                            acc[t][n] = scaled(f, acc[t][n], isum[h][t][n], D[n][h], w0[n], xb, h);
+                    vi lo, hi;
+                    group(f, quants[n], g, &lo, &hi);
+                    for (int t = 0; t < rows; t++) {
+                        const int8_t *q = x[t * blocks + b].q;
+                        isum[0][t][n] = dot(f, isum[0][t][n], lo, vbroadcast4(q + 4 * g));
+                        isum[1][t][n] = dot(f, isum[1][t][n], hi, vbroadcast4(q + 16 + 4 * g));
+                    }
                 }
-        }
+        for (int t = 0; t < rows; t++)
+            for (int n = 0; n < nb; n++) {
+                const struct xblock *xb = &x[t * blocks + b];
+                if (halves(f) == 1)
+                    acc[t][n] = scaled(f, acc[t][n], viadd(isum[0][t][n], isum[1][t][n]),
+                                       D[n][0], w0[n], xb, 0);
+                else
+                    for (int h = 0; h < 2; h++)
+                        acc[t][n] = scaled(f, acc[t][n], isum[h][t][n], D[n][h], w0[n], xb, h);
+            }
     }
     store_sums(acc, rows, nb, y, O, p);
 }
@@ -386,34 +383,29 @@ ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struc
     const int64_t blocks = I / BLOCK, supers = blocks / blocks_per_super(f);
     vf acc[STREAM_ROWS][QMAX_PANELS];
     zero_sums(acc, rows, nb);
-    for (int64_t sb = 0; sb < supers; sb++) {
-        const uint8_t *headers[QMAX_PANELS];
-        vf d[QMAX_PANELS], m[QMAX_PANELS];
-        panel_supers(f, nb, w, supers, p, sb, headers, d, m);
-        for (int64_t j = 0; j < blocks_per_super(f); j++) {
-            const int64_t b = sb * blocks_per_super(f) + j;
-            prefetch_share(f, nb, next, ahead, b);
-            vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
-            const uint8_t *quants[QMAX_PANELS];
-            panel_blocks(f, nb, headers, d, m, j, D, w0, quants);
-            vi lo[QMAX_PANELS][4], hi[QMAX_PANELS][4];
-            for (int n = 0; n < nb; n++)
-                for (int g = 0; g < 4; g++) group(f, quants[n], g, &lo[n][g], &hi[n][g]);
-            for (int t = 0; t < rows; t++) {
-                const struct xblock *xb = &x[t * blocks + b];
-                for (int n = 0; n < nb; n++) {
-                    /* lo and hi in separate sums (one per half where the format has two scales):
-                     * two dependency chains of 4 dot products instead of one of 8 (measured: a
-                     * single chain loses a quarter) */
-                    const vi isum[2] = {dots(f, viset1(0), lo[n], xb->q),
-                                        dots(f, viset1(0), hi[n], xb->q + 16)};
-                    if (halves(f) == 1)
-                        acc[t][n] = scaled(f, acc[t][n], viadd(isum[0], isum[1]), D[n][0], w0[n],
-                                           xb, 0);
-                    else
-                        for (int h = 0; h < 2; h++)
-                            acc[t][n] = scaled(f, acc[t][n], isum[h], D[n][h], w0[n], xb, h);
-                }
+    struct supers at = {0}; /* filled at block 0 */
+    for (int64_t b = 0; b < blocks; b++) {
+        prefetch_share(f, nb, next, ahead, b);
+        vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
+        const uint8_t *quants[QMAX_PANELS];
+        panel_blocks(f, nb, w, supers, p, b, &at, D, w0, quants);
+        vi lo[QMAX_PANELS][4], hi[QMAX_PANELS][4];
+        for (int n = 0; n < nb; n++)
+            for (int g = 0; g < 4; g++) group(f, quants[n], g, &lo[n][g], &hi[n][g]);
+        for (int t = 0; t < rows; t++) {
+            const struct xblock *xb = &x[t * blocks + b];
+            for (int n = 0; n < nb; n++) {
+                /* lo and hi in separate sums (one per half where the format has two scales):
+                 * two dependency chains of 4 dot products instead of one of 8 (measured: a
+                 * single chain loses a quarter) */
+                const vi isum[2] = {dots(f, viset1(0), lo[n], xb->q),
+                                    dots(f, viset1(0), hi[n], xb->q + 16)};
+                if (halves(f) == 1)
+                    acc[t][n] = scaled(f, acc[t][n], viadd(isum[0], isum[1]), D[n][0], w0[n],
+                                       xb, 0);
+                else
+                    for (int h = 0; h < 2; h++)
+                        acc[t][n] = scaled(f, acc[t][n], isum[h], D[n][h], w0[n], xb, h);
             }
         }
     }
