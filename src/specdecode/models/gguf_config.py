@@ -10,16 +10,21 @@ transformers' reading for every family). Any other architecture: None, and trans
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from .gguf_check import GGUFHeader
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 # GGUF architecture -> the name transformers' tables use for it
 _ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3_moe",
                   "gemma3": "gemma3"}
 
 
-def transformers_config(header: GGUFHeader):
+def transformers_config(header: GGUFHeader) -> PretrainedConfig | None:
     """The `PretrainedConfig` transformers' GGUF reader gives for this header, or None for an
     architecture this module does not know."""
     fields = header.fields
