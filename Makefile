@@ -36,7 +36,10 @@ $(MODELS): $(STAMP) src/specdecode/models/parts.py
 
 # llama.cpp's own programs (llama-completion, llama-speculative-simple, llama-bench) for `bench`'s llamacpp-bin
 # peers and `bench --floor`, built with cmake from the llama.cpp tree that the llama-cpp-python
-# sdist vendors (from PyPI; ~15 minutes on 2 cores, once) into the cache bench looks in.
+# sdist vendors (from PyPI; ~15 minutes on 2 cores, once) into the cache bench looks in. Its AMX
+# matrix path is left out (-mno-amx-int8 outranks -march=native; a no-op without AMX): on this
+# project's Sapphire Rapids-class Xeon every prompt of its Q4_K_M files segfaults in
+# ggml_backend_amx_mul_mat (llama.cpp issue 20824), and its other kernels, repacked ones included, run.
 LLAMA_CPP_PYTHON := 0.3.36
 SPECDECODE_CACHE ?= $(HOME)/.cache/specdecode
 PEERS_DIR := $(SPECDECODE_CACHE)/llama.cpp
@@ -49,6 +52,7 @@ $(PEERS_DIR)/build/bin/llama-completion: | $(STAMP)
 	$(PIP) download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMA_CPP_PYTHON) -d $(PEERS_DIR)
 	tar xzf $(PEERS_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C $(PEERS_DIR)
 	cmake -S $(PEERS_SRC) -B $(PEERS_DIR)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+	  -DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8 \
 	  -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
 	cmake --build $(PEERS_DIR)/build -j2 --target llama-bench llama-speculative-simple llama-completion
 
