@@ -128,8 +128,28 @@ def test_a_failing_program_is_an_error_with_its_last_line(tmp_path, monkeypatch)
                                             "exit 1\n")
     monkeypatch.setenv("SPECDECODE_LLAMA_CPP_BIN", str(tmp_path))
     with pytest.raises(SpecDecodeError,
-                       match=r"llama-completion failed \(1\): main: error: unable to load model"):
+                       match=r"llama-completion failed \(exit status 1\): main: error: unable "
+                             r"to load model"):
         lp.ProgramPeer("llamacpp-bin", tmp_path / "t.gguf", 2).generate("hi", 1, 4, 0.0, 0)
+
+
+def test_a_program_killed_by_a_signal_is_an_error_naming_the_signal(tmp_path, monkeypatch):
+    # as llama.cpp's AMX matrix path dies on some Xeons (llama.cpp issue 20824)
+    _stand_in(tmp_path, "llama-bench", 'echo "load_tensors: AMX model buffer" >&2\nkill -SEGV $$\n')
+    monkeypatch.setenv("SPECDECODE_LLAMA_CPP_BIN", str(tmp_path))
+    with pytest.raises(SpecDecodeError, match=r"llama-bench failed \(killed by SIGSEGV\): "
+                                              r"load_tensors: AMX model buffer"):
+        lp.llama_bench(tmp_path / "t.gguf", 2)
+
+
+def test_floor_keeps_its_measurement_and_says_why_when_llama_bench_dies(tmp_path, monkeypatch,
+                                                                      default_model):
+    from specdecode.app.bench.floor import peer_lines
+
+    _stand_in(tmp_path, "llama-bench", "kill -SEGV $$\n")
+    monkeypatch.setenv("SPECDECODE_LLAMA_CPP_BIN", str(tmp_path))
+    assert peer_lines(default_model, 0.01, 500.0) == [
+        "llama.cpp: not compared (llama-bench failed (killed by SIGSEGV): no output)"]
 
 
 def _bench(tmp_path: Path, model: str, methods: str) -> list[dict]:

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ...core.engine import PREFILL_CHUNK
+from ...errors import SpecDecodeError
 from ...models import LoadedModel
 from ...quant import QuantTensor, panel_bytes, random_blocks
 from ...timing import step_seconds
@@ -140,7 +141,10 @@ def peer_lines(model: LoadedModel, one_step: float, prefill_rate: float) -> list
     if why:
         return [f"llama.cpp: not compared ({why})"]
     threads = torch.get_num_threads()
-    rates = llamacpp_programs.llama_bench(path, threads)
+    try:
+        rates = llamacpp_programs.llama_bench(path, threads)
+    except SpecDecodeError as exc:  # the peer's failure must not lose the measurement above
+        return [f"llama.cpp: not compared ({exc})"]
     return [f"llama.cpp llama-bench on {path.name}, {threads} threads: tg128 "
             f"{rates['tg128']:.1f} tok/s, pp512 {rates['pp512']:.0f} tok/s; ours: one-token step "
             f"{1 / one_step:.1f} tok/s = {1 / one_step / rates['tg128']:.2f}x tg128, 512-token "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +154,8 @@ class ProgramPeer:
             raise SpecDecodeError(f"{self.program} ran past {TIMEOUT_SECONDS} s") from None
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise SpecDecodeError(f"{self.program} failed ({done.returncode}): {last}")
+            raise SpecDecodeError(
+                f"{self.program} failed ({exit_reason(done.returncode)}): {last}")
         log = done.stdout + done.stderr
         if not self.spec_type:
             found = parse_completion(log)
@@ -170,6 +172,16 @@ class ProgramPeer:
                           found["encoded_seconds"], found["n_drafted"], found["n_accept"])
 
 
+def exit_reason(returncode: int) -> str:
+    """A program's exit status in words: subprocess gives a signal's death as its negative."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
+
+
 def llama_bench(gguf: Path, threads: int) -> dict[str, float]:
     """`llama-bench` on the file: {'pp512': tok/s, 'tg128': tok/s} (its default repeats)."""
     exe = program("llama-bench")
@@ -179,7 +191,7 @@ def llama_bench(gguf: Path, threads: int) -> dict[str, float]:
                            "-n", "128", "-o", "json"], capture_output=True, text=True,
                           timeout=TIMEOUT_SECONDS)
     if done.returncode != 0:
-        raise SpecDecodeError(f"llama-bench failed ({done.returncode}): "
+        raise SpecDecodeError(f"llama-bench failed ({exit_reason(done.returncode)}): "
                               f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}")
     rates = {}
     for test in json.loads(done.stdout):
