@@ -96,9 +96,10 @@ def test_every_block_format_runs_in_its_blocks_on_the_c_paths(kernel_path):
 
 @pytest.mark.parametrize("qtype", FORMATS)
 def test_amx_matrix_tiles_give_bitwise_what_the_vnni_vector_tiles_give(qtype):
-    """avx512amx computes calls of AMX_MIN_ROWS rows or more in matrix tiles: the same integer
-    sums, the same fp32 steps, so every row equals avx512vnni's bit for bit, below the threshold,
-    at it, past it and in partial tiles of 16 rows."""
+    """avx512amx computes calls of `amx_min_rows` rows or more (64 for the K formats, 32 for the
+    others) in matrix tiles: the same integer sums, the same fp32 steps, so every row equals
+    avx512vnni's bit for bit, below each threshold, at it, past it and in partial tiles of 16
+    rows."""
     from specdecode import kernels
 
     if "avx512amx" not in kernels.runnable():
@@ -107,6 +108,6 @@ def test_amx_matrix_tiles_give_bitwise_what_the_vnni_vector_tiles_give(qtype):
     amx, vnni = kernels.load("avx512amx"), kernels.load("avx512vnni")
     t = random_quant(qtype, 75, 512, seed=9)  # 75 outputs: a last panel partly filled
     x = torch.randn(90, 512, generator=torch.Generator().manual_seed(9))
-    for rows in (1, 31, 32, 33, 47, 90):
+    for rows in (1, 31, 32, 33, 47, 63, 64, 65, 90):
         assert torch.equal(amx.linear(x[:rows], amx.pack(t), 75),
                            vnni.linear(x[:rows], vnni.pack(t), 75))
