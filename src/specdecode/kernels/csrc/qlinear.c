@@ -481,7 +481,8 @@ int linear_quant(const float *x, const uint8_t *w, float *y, int64_t T, int64_t 
     if (T < 1 || format < 0 || format >= FORMATS) return 1;
     if (I % (BLOCK * blocks_per_super(format))) return 1;
 #ifdef SPECDECODE_AMX
-    if (T >= amx_min_rows(format) && amx_usable()) return amx_linear(x, w, y, T, I, O, format, threads);
+    if (T >= amx_min_rows(format) && amx_usable())
+        return amx_linear(x, w, y, T, I, O, format, threads);
 #endif
     struct xblock *xq = malloc(sizeof *xq * (size_t)(T * (I / BLOCK)));
     if (!xq) return 2;
