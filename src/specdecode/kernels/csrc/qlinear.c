@@ -424,8 +424,8 @@ struct qlinear_job {
     if (NB <= QMAX_PANELS && NB <= QPANELS_FOR(ROWS)) \
         tile(f, ROWS, NB, xr, job->w, yr, I, O, p, next, ahead); \
     break;
-/* the switch below has cases for tiles of up to 4 rows and 4 panels */
-_Static_assert(QROWS_PER_TILE <= 4 && QMAX_PANELS <= 4, "add cases to qlinear_share");
+/* the switch below has cases for tiles of up to 8 rows and 4 panels */
+_Static_assert(QROWS_PER_TILE <= 8 && QMAX_PANELS <= 4, "add cases to qlinear_share");
 #define ROWS(R) case R: \
     if (R <= QROWS_PER_TILE) \
         switch (nb) { PANELS(R, 1) PANELS(R, 2) PANELS(R, 3) PANELS(R, 4) } \
@@ -456,7 +456,7 @@ ALWAYS_INLINE void qlinear_share(const struct qlinear_job *job, int thread, int 
             if (streamed) {
                 switch (nb) { STREAMED(1) STREAMED(2) STREAMED(3) STREAMED(4) }
             } else {
-                switch (n) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) }
+                switch (n) { ROWS(1) ROWS(2) ROWS(3) ROWS(4) ROWS(5) ROWS(6) ROWS(7) ROWS(8) }
             }
         }
     }

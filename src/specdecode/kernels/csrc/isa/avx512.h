@@ -17,10 +17,20 @@
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
 /* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights.
  * Two panels at every row count: with four, Q6_K's two halves' sums spill at 2 rows and do not
- * pay at 1 (BENCHMARKS.md, multi-row kernels: Q6_K 1-2 rows +12-43%, Q4_K within noise) */
+ * pay at 1 (BENCHMARKS.md, multi-row kernels: Q6_K 1-2 rows +12-43%, Q4_K within noise; Zen 4).
+ * On the AMX Xeons, one panel up to 8 rows: from memory a tile over two panels reads two weight
+ * streams, which there costs more than its shared unpacking saves (1.5B Qwen decoder layers:
+ * 4-7 rows 5-9% faster, 1-3 and 8 rows within 2%; the streamed calls of more rows keep two
+ * panels). Zen 4 measured the other way (one panel for Q6_K at 3+ rows: 7% slower), and a path
+ * cannot tell the two makers apart, so the AMX path alone takes it. */
+#ifdef SPECDECODE_AMX
+#define QROWS_PER_TILE 8
+#define QPANELS_FOR(rows) 1
+#else
 #define QROWS_PER_TILE 4
-#define QMAX_PANELS 2
 #define QPANELS_FOR(rows) 2
+#endif
+#define QMAX_PANELS 2
 /* query heads of one KV group whose values attention.c weighs together (their value accumulators fit) */
 #define ATTENTION_HEADS 4
 /* query heads of a KV group attention.c scores together, and keys at a time:
