@@ -99,7 +99,8 @@ def test_amx_matrix_tiles_give_bitwise_what_the_vnni_vector_tiles_give(qtype):
     """avx512amx computes calls of `amx_min_rows` rows or more (64 for the K formats, 32 for the
     others) in matrix tiles: the same integer sums, the same fp32 steps, so every row equals
     avx512vnni's bit for bit, below each threshold, at it, past it and in partial tiles of 16
-    rows."""
+    rows; and below them its vector tiles of one panel and up to 8 rows equal avx512vnni's of two
+    panels and 4 rows (5-8 rows: its streamed calls)."""
     from specdecode import kernels
 
     if "avx512amx" not in kernels.runnable():
@@ -108,6 +109,6 @@ def test_amx_matrix_tiles_give_bitwise_what_the_vnni_vector_tiles_give(qtype):
     amx, vnni = kernels.load("avx512amx"), kernels.load("avx512vnni")
     t = random_quant(qtype, 75, 512, seed=9)  # 75 outputs: a last panel partly filled
     x = torch.randn(90, 512, generator=torch.Generator().manual_seed(9))
-    for rows in (1, 31, 32, 33, 47, 63, 64, 65, 90):
+    for rows in (1, 2, 4, 5, 8, 9, 31, 32, 33, 47, 63, 64, 65, 90):
         assert torch.equal(amx.linear(x[:rows], amx.pack(t), 75),
                            vnni.linear(x[:rows], vnni.pack(t), 75))
