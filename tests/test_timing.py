@@ -62,6 +62,20 @@ def test_a_curve_saved_in_the_profile_is_used_by_a_later_process(tiny_llama, mon
     assert step_cost(model) == saved
 
 
+def test_a_curve_saved_for_another_build_of_the_kernels_is_measured_again(tiny_llama,
+                                                                         monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
+    model = load(tiny_llama, 7)
+    kernels = model.target.kernels
+    monkeypatch.setattr(kernels, "build_id", "0123456789abcdef", raising=False)
+    save_step_cost(model, StepCost((1, 2, 8), (1.0, 1.2, 2.0), 64))
+    monkeypatch.setattr(timing, "_MEASURED", {})  # a new process, the kernels' sources changed
+    monkeypatch.setattr(kernels, "build_id", "fedcba9876543210", raising=False)
+    anew = StepCost((1, 2, 8), (1.0, 1.1, 1.5), 64)
+    monkeypatch.setattr(timing, "measure", lambda target, repeats: anew)
+    assert step_cost(model) == anew
+
+
 def test_a_curve_measured_once_is_saved_for_later_processes(tiny_llama, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
     monkeypatch.setattr(timing, "_MEASURED", {})

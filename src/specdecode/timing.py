@@ -101,8 +101,11 @@ def measure(target: Target, repeats: int = 5) -> StepCost:
 
 def machine_key(model: "LoadedModel") -> str:
     """What a measured curve depends on besides the model: weight formats, kernel path (with its
-    threads) and CPU."""
-    return f"{model.weights} | {model.kernels} | {platform.machine()} {cpu_name()}"
+    threads) and the build of its sources (a changed kernel prices rows anew: a curve kept from
+    the last version would choose drafts by the old kernels' costs), and CPU."""
+    build = getattr(getattr(model.target, "kernels", None), "build_id", "")
+    kernels = f"{model.kernels}, build {build}" if build else model.kernels
+    return f"{model.weights} | {kernels} | {platform.machine()} {cpu_name()}"
 
 
 def step_cost(model: "LoadedModel") -> StepCost:

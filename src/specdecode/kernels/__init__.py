@@ -162,7 +162,8 @@ def load(path: str, openmp: bool = True) -> Kernels:
         raise KernelUnavailable(f"the {path} kernels cannot run here: {why}; this machine runs "
                                 f"{', '.join(here)}")
     try:
-        return CKernels(build.load(build.build(path, cc, openmp)))
+        library = build.build(path, cc, openmp)
+        return CKernels(build.load(library), library.stem.rpartition("-")[2])
     except build.BuildError as exc:
         raise KernelUnavailable(f"compiling the {path} kernels failed: {exc}") from exc
 

@@ -148,8 +148,11 @@ class CKernels:
 
     invariant_rows = None  # linear, norm and SwiGLU calls of any length compute a row alike
 
-    def __init__(self, library) -> None:
+    def __init__(self, library, build_id: str = "") -> None:
         self._library = library
+        # which build of the sources and flags (`build.build`'s key): what a measured cost of
+        # its steps holds for
+        self.build_id = build_id
         self.name: str = library.kernel_isa().decode()
         self.threading: str = library.kernel_threading().decode()
         self.lanes: int = library.kernel_lanes()

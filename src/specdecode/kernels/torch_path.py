@@ -88,6 +88,7 @@ class TorchKernels:
 
     name = "torch"
     threading = "torch"
+    build_id = ""  # nothing compiled: torch's version is in every report
     invariant_rows = ROW_INVARIANT_ROWS  # longer calls take torch's batched routines
 
     def fits(self, head_dim: int, widths: tuple[int, ...]) -> bool:
