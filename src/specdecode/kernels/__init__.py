@@ -163,7 +163,7 @@ def load(path: str, openmp: bool = True) -> Kernels:
                                 f"{', '.join(here)}")
     try:
         library = build.build(path, cc, openmp)
-        return CKernels(build.load(library), library.stem.rpartition("-")[2])
+        return CKernels(build.load(library), build.build_id(library))
     except build.BuildError as exc:
         raise KernelUnavailable(f"compiling the {path} kernels failed: {exc}") from exc
 

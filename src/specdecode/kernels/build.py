@@ -144,6 +144,11 @@ def build(path: str, cc: str, openmp: bool = True) -> Path:
     raise BuildError(failures[-1])
 
 
+def build_id(library: Path) -> str:
+    """The key of sources, compiler and flags a library `build` made was built from."""
+    return library.stem.rpartition("-")[2]
+
+
 @functools.cache
 def _version(cc: str) -> str:
     result = subprocess.run([cc, "--version"], capture_output=True, text=True)
