@@ -112,3 +112,24 @@ def test_adaptive_speculation_shrinks_as_the_batch_grows_and_always_does_not():
     assert drafted("adaptive", 8) < drafted("adaptive", 1)
     assert drafted("always", 8) == pytest.approx(drafted("always", 1))
     assert drafted("off", 4) == 0
+
+
+def test_every_sequence_is_prepared_once_its_prompt_is_prefilled_and_before_its_first_draft():
+    events: list[tuple[str, int, int]] = []  # (what, sequence, tokens in its cache)
+
+    class Watching(PromptLookup):
+        def prepare(self, seq):
+            events.append(("prepare", id(seq), seq.cache.length))
+
+        def propose(self, seq, budget):
+            events.append(("propose", id(seq), seq.cache.length))
+            return super().propose(seq, budget)
+
+    reqs = [Request(prompt, GenerationConfig(4), Watching(3, 1), DraftLimit(4, 4))
+            for prompt in ([5], [1, 2, 3] * 30)]  # a one-token prompt has nothing to prefill
+    generate_batch(target(), reqs, max_batch=2, cost=StepCost.linear(0.1))
+    for seq in {s for _, s, _ in events}:
+        mine = [(what, length) for what, s, length in events if s == seq]
+        assert mine[0][0] == "prepare" and [w for w, _ in mine].count("prepare") == 1
+        assert mine[0][1] in (0, 89)  # the whole prompt but its pending token is in the cache
+    assert sorted(length for what, _, length in events if what == "prepare") == [0, 89]

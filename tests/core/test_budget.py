@@ -97,6 +97,17 @@ def test_a_gate_pauses_drafting_that_does_not_pay_and_tries_again_later():
     assert gate.pause == MAX_PAUSE
 
 
+def test_a_gate_judges_its_first_steps_by_their_mean_not_by_the_first():
+    from specdecode.core.budget import GATE_STEPS, DraftGate
+
+    gate = DraftGate()
+    gate.observe(-3.0)  # a first draft that missed
+    for _ in range(GATE_STEPS - 1):
+        gate.observe(1.5)  # then steps that pay: on average drafting pays
+    assert gate.gain == pytest.approx((-3.0 + 1.5 * (GATE_STEPS - 1)) / GATE_STEPS)
+    assert all(gate.open() for _ in range(20))
+
+
 class Slow(Drafter):
     """Proposes, slowly, three tokens of which the first is never the next one: drafting that
     costs 2 ms and gains nothing."""

@@ -98,7 +98,21 @@ def test_a_draft_model_reading_only_the_last_tokens_keeps_greedy_output(make_tar
     drafter.model = _Feeding(model, fed)
     result = generate(make_target(11), drafter, long_prompt, config, DraftLimit(4, 4))
     assert result.token_ids == plain.token_ids
-    assert fed[0] == 5  # the first feed is the window, not the 32-token prompt
+    # the window less its last token is read with the prompt's prefill, not the 32-token prompt;
+    # the first step feeds that last token alone
+    assert fed[:2] == [4, 1]
+
+
+def test_the_first_draft_after_the_prompt_is_the_draft_models_own_greedy_continuation(
+        make_target):
+    from specdecode.core.budget import DraftBudget
+    from specdecode.core.engine import start
+
+    own = generate(make_target(12), NoDrafter(), PROMPT, GenerationConfig(4), None).token_ids
+    drafter = DraftModel(make_target(12))
+    seq = start(make_target(11), drafter, PROMPT, GenerationConfig(8), DraftLimit(4, 4))
+    assert seq.drafter_state.cached.tolist() == PROMPT[:-1]  # read during the prefill
+    assert drafter.propose(seq, DraftBudget(4, 4)).tokens.tolist() == own
 
 
 class _Feeding:

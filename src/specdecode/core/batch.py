@@ -87,7 +87,11 @@ class Batch:
         entry = _Entry(request.drafter, admit(self.target, request.drafter, request.prompt,
                                               request.config, limit, self.decode),
                        time.perf_counter())
-        (self.prefilling if entry.seq.to_prefill else self.decoding).append(entry)
+        if entry.seq.to_prefill:
+            self.prefilling.append(entry)
+        else:  # a one-token prompt: nothing to prefill
+            entry.drafter.prepare(entry.seq)
+            self.decoding.append(entry)
         return entry.seq
 
     def leave(self, seq: Seq) -> None:
@@ -121,7 +125,8 @@ class Batch:
             else:
                 e.seq.stats.wall_seconds = now - e.joined
         for e in [e for e in self.prefilling if not e.seq.to_prefill]:
-            e.seq.stats.prefill_seconds = now - e.joined
+            e.drafter.prepare(e.seq)
+            e.seq.stats.prefill_seconds = time.perf_counter() - e.joined
             still.append(e)
         self.prefilling = [e for e in self.prefilling if e.seq.to_prefill]
         self.decoding = still

@@ -151,7 +151,10 @@ class DraftGate:
     step's gain, (accepted tokens) x (a plain step's seconds) - (drafting seconds) - (the extra
     rows' seconds), over the drafted steps since it last opened. Below zero after at least
     GATE_STEPS of them, drafting pauses for `MIN_PAUSE` steps, doubling (up to `MAX_PAUSE`) while
-    the steps after a pause keep failing; steps that pay reset the pause."""
+    the steps after a pause keep failing; steps that pay reset the pause. Until it has seen
+    1 / GATE_WEIGHT steps the average is their plain mean: a moving average started at its first
+    step would judge by that one step (half its weight still after four), and a first draft that
+    misses is no sign that the next ones will."""
 
     gain: float = 0.0  # seconds a drafted step saved, moving average
     judged: int = 0  # drafted steps since the gate last opened
@@ -167,8 +170,9 @@ class DraftGate:
 
     def observe(self, gain: float) -> None:
         """A drafted step's gain in seconds (negative: it cost more than it saved)."""
-        self.gain = gain if not self.judged else (1 - GATE_WEIGHT) * self.gain + GATE_WEIGHT * gain
         self.judged += 1
+        weight = max(GATE_WEIGHT, 1 / self.judged)
+        self.gain = (1 - weight) * self.gain + weight * gain
         if self.gain >= 0:
             self.pause = MIN_PAUSE
         elif self.judged >= GATE_STEPS:

@@ -98,6 +98,11 @@ class Drafter(ABC):
     def start(self, seq: "Sequence") -> None:
         """Set up this drafter's state for a new sequence (`seq.drafter_state`)."""
 
+    def prepare(self, seq: "Sequence") -> None:
+        """Told once the sequence's prompt is in the target's cache, before its first step: a
+        drafter that reads the prompt itself (a draft model's own prefill) does it here, where it
+        counts as prefill, so that the first step's drafting time is drafting alone."""
+
     @abstractmethod
     def propose(self, seq: "Sequence", budget: DraftBudget) -> Draft:
         """Propose at most budget.nodes tokens, on paths of at most budget.depth, that continue

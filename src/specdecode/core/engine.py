@@ -71,6 +71,7 @@ def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: Generat
     seq = admit(target, drafter, prompt, config, limit, decode)
     while seq.to_prefill:
         step_batch(target, [], prefill=[(drafter, seq, min(seq.to_prefill, PREFILL_CHUNK))])
+    drafter.prepare(seq)
     seq.stats.prefill_seconds = time.perf_counter() - started
     return seq
 

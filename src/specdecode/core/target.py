@@ -95,6 +95,13 @@ def forward(target: Target, cache: KVCache, tokens: torch.Tensor) -> torch.Tenso
     return target.logits(target.hidden(cache, tokens))
 
 
+def forward_last(target: Target, cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
+    """tokens [T] -> logits [1, V] of the last of them, all appended to the cache: a drafter
+    catching up on the context needs only the next token's distribution, and the output layer's
+    rows for the others would cost it as much again (a 256-token first reading: 256 rows of it)."""
+    return target.logits(target.hidden(cache, tokens)[-1:])
+
+
 class HeadLayer(Protocol):
     """One decoder layer with the target's shapes, kernels and rotary embedding, run on input
     vectors (not token ids) with its own KV cache: an EAGLE head's layer."""

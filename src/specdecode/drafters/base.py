@@ -94,7 +94,8 @@ def draft_chain(
     drafting stops before a token whose chance is below `stop_below`. The draft's `forwards`
     counts the calls of `forward`: it has fed `first` and the draft's first forwards - 1 tokens.
 
-    `forward` appends tokens to the draft model's cache and returns their logits [T, V'].
+    `forward` appends tokens to the draft model's cache and returns logits [T', V'] whose last
+    row is the last token's (`core.target.forward_last`: that row alone).
     `vocabulary`: [V'] int64, the token id each logits column scores (a drafter whose output layer
     covers only some tokens), None: column i is token i. The draft's q are then over all
     `vocab_size` ids, zero outside `vocabulary`: a token is drafted from exactly that q."""

@@ -28,7 +28,7 @@ import torch
 from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.sampling import SamplingParams
-from ..core.target import forward
+from ..core.target import forward_last
 from .base import ForwardClock, draft_chain, drafter_class
 
 OVERLAP = 3  # context tokens retokenized with the draft's text, to find the boundary
@@ -83,7 +83,7 @@ class CrossTokenizerDraft(Drafter):
         forward_cost = self.clock.cost(budget)
         t0 = time.perf_counter()
         # one drafter token more than the target may take: the last one's word may be cut
-        chain = draft_chain(lambda tokens: forward(self.drafter.target, state.cache, tokens),
+        chain = draft_chain(lambda tokens: forward_last(self.drafter.target, state.cache, tokens),
                             torch.tensor(ids[keep:]), length + 1, GREEDY, None,
                             stop_below=budget.min_chance + forward_cost)
         self.clock.record(len(ids) - keep, time.perf_counter() - t0, chain.forwards)

@@ -27,7 +27,7 @@ import torch
 
 from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
-from ..core.target import MaskedTarget, Target, forward
+from ..core.target import MaskedTarget, Target, forward_last
 from ..errors import InvalidParameterError, VocabularyMismatchError
 from .base import ForwardClock, draft_chain, option, register
 from .calibration import Calibration
@@ -146,10 +146,20 @@ class DraftModel(Drafter):
         seq.drafter_state = _State(self.model.new_cache(), torch.empty(0, dtype=torch.long),
                                    MatchEvidence(NgramIndex(self.ngram)) if self.ngram else None)
 
+    def prepare(self, seq) -> None:
+        """Read the prompt (its last `window` tokens) into the draft model's cache, all but the
+        last token, which the first draft feeds for its logits."""
+        state = seq.drafter_state
+        state.offset = max(0, len(seq.context) - self.window) if self.window else 0
+        prompt = seq.context[state.offset:-1]
+        if 0 < prompt.shape[0] < self.model.max_length:
+            self.model.hidden(state.cache, prompt)
+            state.cached = prompt
+
     def propose(self, seq, budget: DraftBudget) -> Draft:
         state = seq.drafter_state
-        if state.offset is None:
-            state.offset = max(0, len(seq.context) - self.window) if self.window else 0
+        if state.offset is None:  # not prepared (a caller outside the engine)
+            self.prepare(seq)
         context = seq.context[state.offset:]  # what the draft model reads
         if state.tree:  # the last draft was a tree: judge its nodes by where the context went,
             # and keep the draft model's entries of the path it took
@@ -190,7 +200,7 @@ class DraftModel(Drafter):
             state.cached = context
             state.tree = (draft.tokens.tolist(), draft.parents.tolist(), probs)
         else:
-            draft = draft_chain(lambda tokens: forward(self.model, state.cache, tokens),
+            draft = draft_chain(lambda tokens: forward_last(self.model, state.cache, tokens),
                                 context[keep:], length, seq.sampling, seq.generator,
                                 self.vocabulary, self.vocab_size,
                                 budget.min_chance + forward_cost)
@@ -254,7 +264,7 @@ def draft_tree(model: MaskedTarget, cache, first: torch.Tensor, length: int, nod
     a tree), the nodes fed to the draft model in its cache order: (token, index in that list
     of the parent, -1 for the root's children), and the draft model's probability of each of the
     draft's nodes. `vocabulary`: as `draft_chain`'s."""
-    logits = forward(model, cache, first)[-1:]  # [frontier, V']: the rows fed last
+    logits = forward_last(model, cache, first)  # [frontier, V']: the rows fed last
     base, forwards = cache.length, 1
     tokens: list[int] = []
     parents: list[int] = []  # node index, -1: the root
