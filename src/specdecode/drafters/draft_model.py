@@ -71,8 +71,9 @@ class DraftModel(Drafter):
             "q4_0", "the draft model's weights: a format made on load (q4_0, q8_0: fewer bytes "
                     "per draft token than wider stored formats) or auto (as stored)")
         draft_window: int = option(
-            256, "the draft model reads only the last this many tokens of the prompt (its own "
-                 "prefill of a long prompt costs more than its drafts gain); 0: all")
+            128, "the draft model reads only the last this many tokens of the prompt (its own "
+                 "prefill of a long prompt costs more than its drafts gain: BENCHMARKS.md); "
+                 "0: all")
         draft_width: int = option(
             1, "under greedy decoding, the draft is a tree keeping this many continuations per "
                "depth, fed to the draft model together (one forward of that many rows a depth); "
