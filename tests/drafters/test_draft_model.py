@@ -253,3 +253,24 @@ def test_the_draft_model_does_not_run_when_its_forward_costs_more_than_a_token_i
     assert alone.forwards > 0
     shared = drafter.propose(seq, DraftBudget(4, 4, token_seconds=0.005))
     assert shared.forwards == 0 and len(shared) == 0
+
+
+def test_a_draft_model_priced_out_by_a_passing_slowdown_drafts_again_after_a_probe(make_target):
+    """A few seconds of other work on the cores can leave a forward's estimate where no token
+    pays for it: without the probe's forward, nothing would ever time it again (the 1.5B pair
+    stayed at τ 1.16 on every later request)."""
+    from types import SimpleNamespace
+
+    from specdecode.core.budget import DraftBudget
+    from specdecode.drafters.base import ForwardClock
+
+    drafter = DraftModel(make_target(12))
+    seq = SimpleNamespace(context=torch.tensor(PROMPT), sampling=SamplingParams(),
+                          generator=None, drafter_state=None)
+    drafter.start(seq)
+    drafter.clock.seconds = 1.0  # what the slowdown left: a second a forward
+    budget = DraftBudget(4, 4, token_seconds=0.03)
+    forwards = [drafter.propose(seq, budget).forwards for _ in range(ForwardClock.PROBE + 2)]
+    assert forwards[: ForwardClock.PROBE] == [0] * ForwardClock.PROBE
+    assert forwards[ForwardClock.PROBE] > 0  # the probe, timed at the model's real speed
+    assert drafter.clock.seconds < 0.03 and len(drafter.propose(seq, budget)) > 0

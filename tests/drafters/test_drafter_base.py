@@ -73,6 +73,36 @@ def test_draft_chain_over_a_reduced_vocabulary_proposes_ids_and_scatters_q():
     torch.testing.assert_close(draft.q.sum(-1), torch.ones(2))
 
 
+def test_a_forward_clock_averages_its_forwards_but_not_a_prompts_reading():
+    from specdecode.drafters.base import ForwardClock
+
+    clock = ForwardClock()
+    clock.record(1, 0.010, 1)
+    assert clock.seconds == pytest.approx(0.010)
+    clock.record(2, 0.220, 2)  # 110 ms each: a tenth of the way
+    assert clock.seconds == pytest.approx(0.020)
+    clock.record(ForwardClock.CATCH_UP + 1, 1.0, 1)  # a prompt's reading is not timed
+    assert clock.seconds == pytest.approx(0.020)
+
+
+def test_a_forward_clock_that_prices_the_forwards_out_still_lets_one_run_every_probe():
+    from specdecode.drafters.base import ForwardClock
+
+    clock, budget = ForwardClock(), DraftBudget(4, 4, min_chance=0.1, token_seconds=0.02)
+    clock.record(1, 0.030, 1)  # 30 ms a forward against a 20 ms token
+    verdicts = [clock.priced_out(budget) for _ in range(2 * ForwardClock.PROBE)]
+    assert verdicts[: ForwardClock.PROBE] == [True] * ForwardClock.PROBE
+    assert verdicts[ForwardClock.PROBE :] == [False] * ForwardClock.PROBE  # until one is timed
+    clock.record(ForwardClock.CATCH_UP + 1, 0.5, 1)  # a probe that caught up: not timed
+    assert not clock.priced_out(budget)
+    clock.record(1, 0.040, 1)  # timed, and still too slow: priced out again, for PROBE calls
+    assert clock.priced_out(budget) and clock.seconds == pytest.approx(0.040)
+    for _ in range(ForwardClock.PROBE):
+        clock.priced_out(budget)
+    clock.record(1, 0.005, 1)  # the next probe's forward: its time replaces the estimate
+    assert not clock.priced_out(budget) and clock.cost(budget) == pytest.approx(0.25)
+
+
 def test_every_drafter_is_registered_and_unknown_names_raise():
     assert {"ar", "lookup", "draft", "layerskip", "eagle", "medusa"} <= set(DRAFTERS)
     with pytest.raises(InvalidParameterError, match="unknown method"):

@@ -127,26 +127,45 @@ def draft_chain(
 
 
 class ForwardClock:
-    """A draft model's seconds per forward: a moving average (WEIGHT on the newest) over its
-    drafting steps; a step feeding more than CATCH_UP tokens is a prompt's first reading, not
-    timed. `cost` puts a forward in the step's tokens: a node is worth its forward when its
-    chance brings more than that on top of what its row costs (the budget's min_chance)."""
+    """A draft model's seconds per forward, over its drafting steps; a step feeding more than
+    CATCH_UP tokens is a prompt's first reading, not timed. `cost` puts a forward in the step's
+    tokens: a node is worth its forward when its chance brings more than that on top of what its
+    row costs (the budget's min_chance).
+
+    The estimate is a moving average (WEIGHT on the newest). Other work on the same cores for a
+    few seconds can raise it until no forward seems to pay (`priced_out`), and then nothing would
+    time a forward again: the drafter would stay off for good (a 100 ms estimate held `draft` at
+    τ 1.16 on every later request: BENCHMARKS.md). So every PROBE-th call it prices out runs a
+    forward regardless, and that forward's time replaces the estimate."""
 
     WEIGHT = 0.1
     CATCH_UP = 16
+    PROBE = 32
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.untimed = 0  # calls priced out since a forward was last timed
 
     def cost(self, budget) -> float:
         return self.seconds / budget.token_seconds if budget.token_seconds > 0 else 0.0
+
+    def priced_out(self, budget) -> bool:
+        """Whether this call should run no forward: at the estimated cost no token's chance can
+        pay for one (min_chance + cost >= 1), and it is not a probe's turn. A probe whose feed
+        was too long to be timed leaves the next call a probe too."""
+        if budget.min_chance + self.cost(budget) < 1.0:
+            return False
+        self.untimed += 1
+        return self.untimed <= self.PROBE
 
     def record(self, fed: int, seconds: float, forwards: int) -> None:
         """A drafting call that fed `fed` tokens and made `forwards` forwards in `seconds`."""
         if fed <= self.CATCH_UP:
             each = seconds / forwards
-            self.seconds = each if not self.seconds else (
+            probe = self.untimed > self.PROBE
+            self.seconds = each if not self.seconds or probe else (
                 (1 - self.WEIGHT) * self.seconds + self.WEIGHT * each)
+            self.untimed = 0
 
 
 def create_drafter(method: str, model: "LoadedModel", options=None) -> Drafter:

@@ -185,7 +185,7 @@ class DraftModel(Drafter):
         # no token's chance can pay for a forward where a step is shared by enough sequences
         # that a token costs less than the draft model's forward: draft from the match alone
         # (the draft model catches up on the context when it next drafts)
-        priced_out = budget.min_chance + forward_cost >= 1.0
+        priced_out = self.clock.priced_out(budget)
         state.matched = match is not None and (priced_out or state.net is not None
                                                and float(match.chances.sum()) >= state.net)
         if state.matched:
