@@ -9,7 +9,7 @@ import pytest
 import torch
 from mock_target import MockTarget
 
-from specdecode.core.budget import allocate
+from specdecode.core.budget import MIN_PAUSE, allocate
 from specdecode.core.cost import StepCost
 from specdecode.core.engine import generate
 from specdecode.core.sequence import DraftLimit, GenerationConfig
@@ -75,7 +75,7 @@ def test_a_sequences_rows_fit_one_row_invariant_attention_call():
 
 
 def test_a_gate_pauses_drafting_that_does_not_pay_and_tries_again_later():
-    from specdecode.core.budget import GATE_STEPS, MAX_PAUSE, MIN_PAUSE, DraftGate
+    from specdecode.core.budget import GATE_STEPS, MAX_PAUSE, DraftGate
 
     gate = DraftGate()
     for _ in range(GATE_STEPS - 1):
@@ -132,6 +132,38 @@ def test_the_engine_stops_asking_a_drafter_whose_drafting_costs_more_than_it_gai
                       GenerationConfig(100), DraftLimit(3, 3), cost=plain_step)
     assert result.stats.accepted == 0 and result.stats.target_forwards == 100
     assert slow.asked < 25  # paused after each failing probe, ever longer
+
+
+class SlowModelFreeMatch(Slow):
+    """Slow's model drafts (2 ms, never accepted) with free drafts beside them: asked while its
+    model is paused, it proposes the plain greedy continuation (as an n-gram match would)."""
+
+    free_drafts = True
+
+    def __init__(self, truth: list[int]) -> None:
+        super().__init__()
+        self.truth, self.free = truth, 0
+
+    def propose(self, seq, budget):
+        if budget.forwards:
+            return super().propose(seq, budget)
+        self.free += 1
+        return Draft(torch.tensor(self.truth[seq.length : seq.length + 3]), None)
+
+
+def test_while_the_gate_pauses_a_drafters_model_its_free_drafts_still_draft_unjudged():
+    from specdecode.drafters.plain import NoDrafter
+
+    target = MockTarget(vocab=V + 1, layers=2, max_length=256, seed=1)
+    prompt = [1, 2, 3]
+    truth = prompt + generate(target, NoDrafter(), prompt, GenerationConfig(200), None).token_ids
+    drafter, limit = SlowModelFreeMatch(truth), DraftLimit(3, 3)
+    result = generate(target, drafter, prompt, GenerationConfig(200), limit,
+                      cost=StepCost((1, 2), (0.001, 0.0011)))
+    assert result.token_ids == truth[len(prompt):]
+    assert drafter.free > 0 and result.stats.accepted > 0  # drafted during the pauses
+    # the free drafts that paid did not count for the model: its pauses kept doubling
+    assert drafter.asked < 25 and limit.gate.pause >= 4 * MIN_PAUSE
 
 
 def test_drafting_that_pays_is_never_paused():

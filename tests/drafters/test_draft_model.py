@@ -235,6 +235,25 @@ def test_after_a_tree_step_the_draft_models_cache_holds_the_path_the_context_too
                           fresh.keys[:, :, :kept].float(), atol=1e-5)
 
 
+def test_a_paused_draft_model_drafts_only_its_matches_and_runs_no_forward(make_target):
+    from types import SimpleNamespace
+
+    from specdecode.core.budget import DraftBudget
+
+    drafter = DraftModel(make_target(12), ngram=2)
+    seq = SimpleNamespace(context=torch.tensor(PROMPT + [3, 1]), sampling=SamplingParams(),
+                          generator=None, drafter_state=None)
+    drafter.start(seq)
+    paused = DraftBudget(4, 4, forwards=False)
+    matched = drafter.propose(seq, paused)  # "3 1" went on "4 1 5 9" in the prompt
+    assert matched.forwards == 0 and matched.tokens.tolist() == [4, 1, 5, 9]
+    seq.context = torch.tensor(PROMPT + [3, 1, 8])  # 8 is new: no match
+    unmatched = drafter.propose(seq, paused)
+    assert unmatched.forwards == 0 and len(unmatched) == 0
+    assert drafter.propose(seq, DraftBudget(4, 4)).forwards > 0  # running again once unpaused
+    assert not DraftModel(make_target(12)).free_drafts  # no matches: nothing free to draft
+
+
 def test_the_draft_model_does_not_run_when_its_forward_costs_more_than_a_token_is_worth(
         make_target):
     """In a step shared by many sequences a token costs a fraction of the step: a draft-model

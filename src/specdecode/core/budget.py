@@ -44,7 +44,9 @@ class DraftBudget:
     most `depth` (a chain: min(nodes, depth) tokens). Zero nodes: plain decoding. `min_chance`:
     the step will not score a node whose chance is below it (what the first draft row would have
     to bring to pay for itself), so a drafter may stop there. `token_seconds`: what a token costs
-    in this step without drafts, against which a drafter can weigh its own time per node."""
+    in this step without drafts, against which a drafter can weigh its own time per node.
+    `forwards` False: the drafter's model is paused (`DraftGate`): only drafts that cost it no
+    forward (n-gram matches) may be proposed."""
 
     nodes: int
     depth: int
@@ -52,6 +54,7 @@ class DraftBudget:
     # seconds a token of this step costs without drafts (the step over its sequences; 0: not
     # measured): a drafter whose own forwards take time weighs them against it
     token_seconds: float = 0.0
+    forwards: bool = True
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,9 @@ class Drafter(ABC):
     uses_logits: ClassVar[bool] = False  # True: the engine calls `observe_logits`
     requires: ClassVar[tuple[type, ...]] = ()  # target capabilities (`core.target`) it needs
     proposes_trees: ClassVar[bool] = False  # True: needs a target that scores trees
+    # True: besides its model's drafts it has drafts that cost no forward (n-gram matches), which
+    # it still proposes while its gate pauses the model (`DraftBudget.forwards` False)
+    free_drafts: bool = False
 
     @classmethod
     @abstractmethod

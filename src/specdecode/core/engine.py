@@ -13,7 +13,7 @@ is *pending* (fed in the next forward). One step, for one sequence or a batch of
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator
 from typing import Sequence as Tokens
 
@@ -84,6 +84,7 @@ class _Planned:
     seq: Sequence
     draft: Draft
     draft_seconds: float
+    judged: bool  # the sequence's gate judges this step (not drafted while it paused the model)
 
     @property
     def rows(self) -> torch.Tensor:
@@ -127,8 +128,8 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
                  (min_chance(cost, rows, cached, len(work), seq.length, spent),
                   (cost.step(rows, cached) - spent) / len(work)) if jointly else
                  (min_chance(cost, 1, seq.length, 1, seq.length), cost.step(1, seq.length)))
-        planned.append(_Planned(drafter, seq, _propose(target, drafter, seq, *price),
-                                clock() - t0))
+        draft, judged = _propose(target, drafter, seq, *price)
+        planned.append(_Planned(drafter, seq, draft, clock() - t0, judged))
     shared = None  # the step's shape, by which a jointly drafted sequence's gain is judged
     if cost is not None:
         drafts = [(p.draft.chances, len(p.draft), p.seq.length) for p in planned]
@@ -156,13 +157,20 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
 
 
 def _propose(target: Target, drafter: Drafter, seq: Sequence, price: float,
-             token_seconds: float) -> Draft:
+             token_seconds: float) -> tuple[Draft, bool]:
+    """The sequence's draft for this step, and whether its gate judges the step: while the gate
+    pauses drafting, a drafter with drafts that cost no forward (`free_drafts`) still offers
+    those, priced by the budget like any other, and the gate does not count them."""
     left = min(seq.config.max_new_tokens - seq.stats.new_tokens, target.max_length - seq.length)
     # room for the bonus token
     budget = seq.limit.budget(left - 1, price, token_seconds) if seq.limit else None
-    if not budget or budget.nodes == 0 or not seq.limit.gate.open():
-        return EMPTY_DRAFT
-    return drafter.propose(seq, budget)
+    if not budget or budget.nodes == 0:
+        return EMPTY_DRAFT, False
+    if seq.limit.gate.open():
+        return drafter.propose(seq, budget), True
+    if drafter.free_drafts:
+        return drafter.propose(seq, replace(budget, forwards=False)), False
+    return EMPTY_DRAFT, False
 
 
 def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_seconds: float,
@@ -191,7 +199,7 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
                                logits[rows])
     if seq.limit:
         seq.limit.update(tree.depth, verdict.accepted)  # all accepted: the deepest level
-        if cost is not None and len(tree):
+        if cost is not None and len(tree) and p.judged:
             seq.limit.gate.observe(step_gain(cost, verdict.accepted, len(tree), n,
                                              p.draft_seconds, shared))
     new = tree.path_tokens(list(verdict.path)) + [verdict.token]

@@ -89,6 +89,7 @@ class DraftModel(Drafter):
                  ngram: int = 0, window: int = 0, width: int = 1) -> None:
         self.model = model  # logits over `vocabulary` when given: [V'] int64 token ids
         self.label, self.ngram, self.window = label, ngram, window
+        self.free_drafts = ngram > 0  # its n-gram matches
         # trees need a draft model that appends under masks (and a target that scores them:
         # `create`)
         self.width = width if isinstance(model, MaskedTarget) else 1
@@ -183,9 +184,10 @@ class DraftModel(Drafter):
         forward_cost = self.clock.cost(budget)
         match = self._match(state, seq.context, length, budget.min_chance)
         # no token's chance can pay for a forward where a step is shared by enough sequences
-        # that a token costs less than the draft model's forward: draft from the match alone
-        # (the draft model catches up on the context when it next drafts)
-        priced_out = self.clock.priced_out(budget)
+        # that a token costs less than the draft model's forward, nor while the gate pauses the
+        # draft model: draft from the match alone (the draft model catches up on the context
+        # when it next drafts)
+        priced_out = not budget.forwards or self.clock.priced_out(budget)
         state.matched = match is not None and (priced_out or state.net is not None
                                                and float(match.chances.sum()) >= state.net)
         if state.matched:
