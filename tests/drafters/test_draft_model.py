@@ -293,3 +293,9 @@ def test_a_draft_model_priced_out_by_a_passing_slowdown_drafts_again_after_a_pro
     assert forwards[: ForwardClock.PROBE] == [0] * ForwardClock.PROBE
     assert forwards[ForwardClock.PROBE] > 0  # the probe, timed at the model's real speed
     assert drafter.clock.seconds < 0.03 and len(drafter.propose(seq, budget)) > 0
+    # fallen further behind than a timed forward feeds, a sequence is no probe: its catch-up
+    # would cost much and time nothing
+    drafter.clock.seconds = 1.0
+    seq.context = torch.cat([seq.context, torch.tensor(PROMPT * 3)])
+    assert all(drafter.propose(seq, budget).forwards == 0
+               for _ in range(ForwardClock.PROBE + 2))

@@ -187,7 +187,8 @@ class DraftModel(Drafter):
         # that a token costs less than the draft model's forward, nor while the gate pauses the
         # draft model: draft from the match alone (the draft model catches up on the context
         # when it next drafts)
-        priced_out = not budget.forwards or self.clock.priced_out(budget)
+        fed = context.shape[0] - keep  # what a forward would feed now
+        priced_out = not budget.forwards or self.clock.priced_out(budget, fed)
         state.matched = match is not None and (priced_out or state.net is not None
                                                and float(match.chances.sum()) >= state.net)
         if state.matched:
@@ -208,7 +209,7 @@ class DraftModel(Drafter):
                                 self.vocabulary, self.vocab_size,
                                 budget.min_chance + forward_cost)
             state.cached = torch.cat([context, draft.tokens[:draft.forwards - 1]])  # what it fed
-        self.clock.record(context.shape[0] - keep, time.perf_counter() - t0, draft.forwards)
+        self.clock.record(fed, time.perf_counter() - t0, draft.forwards)
         state.cost = draft.forwards * forward_cost
         return draft
 
