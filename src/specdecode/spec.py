@@ -7,6 +7,7 @@ model are said once.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -15,12 +16,14 @@ from .drafters import DRAFTERS, drafter_class, make_options
 from .errors import InvalidParameterError
 from .models import LoadedModel
 from .profiles import load_profile
+from .timing import machine_key
 
 # The fastest lossless method measured on the default model, and on a model whose alias names a
 # draft model (the Qwen2.5-Coder 1.5B with its 0.5B; BENCHMARKS.md).
 DEFAULT_METHOD = "lookup"
 DEFAULT_WITH_DRAFTER = "draft"
 TUNED_SECTION = "tune"  # the profile section `specdecode tune` writes
+_STALE_WARNED: set[str] = set()  # models whose tuned profile was found stale, warned once
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,20 @@ class DecodingSpec:
 
 def tuned_defaults(model: LoadedModel) -> dict | None:
     """The model's tuned configuration: {"method", "max_draft_nodes", "max_draft_depth",
-    "options", "speedup", "measured"}."""
+    "options", "speedup", "measured"}; None where there is none or it was measured on other
+    kernels (another path, thread count or build) or another CPU: which method is fastest is a
+    fact of those, so a profile kept across a kernel upgrade or carried to another machine would
+    choose by numbers that no longer hold (said once, as a warning)."""
     section = load_profile(model.key).get(TUNED_SECTION)
     if not section:
+        return None
+    here = machine_key(model)
+    if section.get("machine", here) != here:  # profiles written before the key: kept as they are
+        if model.key not in _STALE_WARNED:
+            _STALE_WARNED.add(model.key)
+            logging.getLogger("specdecode").warning(
+                "the tuned profile was measured on %s, not here (%s): built-in defaults until "
+                "`specdecode tune` runs again", section["machine"], here)
         return None
     if "options" not in section:  # written before options were per drafter
         section = {**section, "options": {"ngram_max": section.get("ngram_max")}}

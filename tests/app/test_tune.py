@@ -9,6 +9,7 @@ from specdecode.app.tune import NOISE, PROFILE_SECTION, candidates, tune
 from specdecode.drafters.layerskip import PROFILE_SECTION as LAYERSKIP_SECTION
 from specdecode.models import load_model
 from specdecode.profiles import load_profile, save_profile_section
+from specdecode.timing import machine_key
 
 
 def test_candidates_start_with_plain_decoding_and_add_a_draft_model_only_when_given(
@@ -55,6 +56,27 @@ def test_generate_uses_the_tuned_profile_unless_told_otherwise(
     assert out["method"] == "lookup" and label in out["defaults"]
     out = run_generate(capsys, tiny_real_vocab_model, "--method", "ar")
     assert out["method"] == "ar" and out["defaults"] is None
+
+
+def test_a_profile_tuned_on_other_kernels_or_another_cpu_is_set_aside_with_a_warning(
+        tiny_real_vocab_model, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
+    model = load_model(str(tiny_real_vocab_model))
+    result = tune(model, [[5, 6, 7, 5, 6, 7, 5, 6]], max_new_tokens=4)
+    assert result["machine"] == machine_key(model)  # what it was measured on, kept with it
+    label = "lookup max-draft-depth=3 ngram-max=2"
+    tuned = {"method": "lookup", "max_draft_depth": 3, "options": {"ngram_max": 2},
+             "label": label, "speedup": 1.1}
+    save_profile_section(model.key, PROFILE_SECTION, {**tuned, "machine": machine_key(model)})
+    assert label in run_generate(capsys, tiny_real_vocab_model)["defaults"]
+    elsewhere = machine_key(model).replace(model.kernels, "avx2 (OpenMP, 64 threads)")
+    save_profile_section(model.key, PROFILE_SECTION, {**tuned, "machine": elsewhere})
+    assert main(["generate", "--model", str(tiny_real_vocab_model), "--json",
+                 "--max-new-tokens", "3", "hello"]) == 0
+    printed = capsys.readouterr()
+    out = json.loads(printed.out)
+    assert out["method"] == "lookup" and out["defaults"] is None  # the built-in default
+    assert "the tuned profile was measured on" in printed.err
 
 
 def test_the_layer_search_runs_once_per_model_unless_asked_again(tiny_real_vocab_model,

@@ -19,6 +19,7 @@ from ..errors import SpecDecodeError
 from ..models import LoadedModel
 from ..pipeline import SpecDecoder
 from ..spec import TUNED_SECTION, DecodingSpec, default_method, resolve
+from ..timing import machine_key
 
 PROFILE_SECTION = TUNED_SECTION
 # timings of one configuration move this much between runs here (2 cores): a configuration must
@@ -78,4 +79,5 @@ def tune(model: LoadedModel, prompts: list[list[int]], draft_model: str | None =
             "max_draft_depth": spec.max_draft_depth, "options": asdict(spec.options),
             "label": labels[best], "speedup": round(seconds[0] / seconds[best], 3),
             "measured": {label: round(seconds[0] / s, 3) for label, s in zip(labels, seconds)},
-            "kernels": model.kernels, "date": time.strftime("%Y-%m-%d")}
+            "kernels": model.kernels, "machine": machine_key(model),
+            "date": time.strftime("%Y-%m-%d")}
