@@ -95,13 +95,6 @@ ALWAYS_INLINE void scales_of(const int f, const uint8_t *s, int64_t j, vf d, vf 
     }
 }
 
-/* the same for one block alone */
-ALWAYS_INLINE void block_scales(const int f, const uint8_t *s, int64_t j, vf D[2], vf *w0) {
-    vf d, m;
-    super_scales(f, s, &d, &m);
-    scales_of(f, s, j, d, m, D, w0);
-}
-
 ALWAYS_INLINE vi shift_bits(vi a, int n) {
     return n > 0 ? vshl_bits(a, n) : n < 0 ? vshr_bits(a, -n) : a;
 }

@@ -151,19 +151,25 @@ ALWAYS_INLINE void amx_share(struct amx_job *job, int thread, int threads, const
                 int8_t (*weights)[BLOCK / 4][4 * VL] = unpacked + n * blocks;
                 vf acc[AMX_ROWS];
                 for (int t = 0; t < AMX_ROWS; t++) acc[t] = vzero();
+                /* the block's scales, read once a block (Q6_K's two products share them), from
+                   its super-block's fp16 factors, converted once a super-block */
+                vf d = vzero(), m = vzero(), D[2], w0 = vzero();
                 for (int64_t b = 0; b < blocks; b += span) {
                     const int c = blocks - b < span ? (int)(blocks - b) : span, products = c * H;
                     PRODUCT(0, 4, 6) PRODUCT(1, 5, 7) PRODUCT(2, 4, 6) PRODUCT(3, 5, 7)
-                    for (int i = 0; i < products; i++) {
-                        const int64_t block = b + i / H, j = block % per_super;
+                    for (int first = 0; first < products; first += H) { /* a block's products */
+                        const int64_t block = b + first / H, j = block % per_super;
                         const uint8_t *s =
                             job->w + (p * supers + block / per_super) * super_bytes(f);
-                        vf D[2], w0 = vzero();
-                        block_scales(f, s, j, D, &w0);
-                        for (int t = 0; t < AMX_ROWS; t++) {
-                            const vi sum = viload((const uint8_t *)sums[i][t]);
-                            acc[t] = vfma(vcvt(sum), vmul(D[i % H], vset1(x[block].d[t])), acc[t]);
-                            if (has_w0(f)) acc[t] = vfma(w0, vset1(x[block].dsum[t]), acc[t]);
+                        if (j == 0) super_scales(f, s, &d, &m);
+                        scales_of(f, s, j, d, m, D, &w0);
+                        for (int h = 0; h < H; h++) {
+                            const int i = first + h;
+                            for (int t = 0; t < AMX_ROWS; t++) {
+                                const vi sum = viload((const uint8_t *)sums[i][t]);
+                                acc[t] = vfma(vcvt(sum), vmul(D[h], vset1(x[block].d[t])), acc[t]);
+                                if (has_w0(f)) acc[t] = vfma(w0, vset1(x[block].dsum[t]), acc[t]);
+                            }
                         }
                     }
                 }
