@@ -13,10 +13,13 @@
 #define ROWS_PER_TILE 4
 #define MAX_PANELS 3
 #define PANELS_FOR(rows) 3
-/* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights */
+/* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights;
+ * two panels for one row, one for two (two rows' accumulators for two panels spill: the 1.5B
+ * Qwen decoder layers at 2 rows 3-7% faster with one on an Intel Xeon, `avx2vnni` and `avx2`
+ * alike, bitwise the same: BENCHMARKS.md, issue 28) */
 #define QROWS_PER_TILE 2
 #define QMAX_PANELS 2
-#define QPANELS_FOR(rows) 2
+#define QPANELS_FOR(rows) ((rows) > 1 ? 1 : 2)
 /* panels a streamed block format call (more rows than a tile) unpacks at a time: one keeps its
  * 8 unpacked vectors in registers (two spill); bitwise the same. Without VNNI, Q4_K at 4-64 rows
  * 5-9% faster on Zen 1; with it, the 1.5B Qwen decoder layers at 4 / 8 / 16 rows 6 / 6-10 /
