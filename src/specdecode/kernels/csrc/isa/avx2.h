@@ -14,10 +14,16 @@
 #define MAX_PANELS 3
 #define PANELS_FOR(rows) 3
 /* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights;
- * two panels for one row, one for two (two rows' accumulators for two panels spill: the 1.5B
+ * two panels for one row, one for more (two rows' accumulators for two panels spill: the 1.5B
  * Qwen decoder layers at 2 rows 3-7% faster with one on an Intel Xeon, `avx2vnni` and `avx2`
- * alike, bitwise the same: BENCHMARKS.md, issue 28) */
+ * alike). With VNNI a row's sums take two registers and tiles of one panel run up to 6 rows
+ * before calls stream (3-6 rows 6-15% faster than streamed there); without it, 3-4 row tiles
+ * measured even or slower than the stream. Bitwise the same either way (BENCHMARKS.md, issue 28) */
+#ifdef SPECDECODE_VNNI
+#define QROWS_PER_TILE 6
+#else
 #define QROWS_PER_TILE 2
+#endif
 #define QMAX_PANELS 2
 #define QPANELS_FOR(rows) ((rows) > 1 ? 1 : 2)
 /* panels a streamed block format call (more rows than a tile) unpacks at a time: one keeps its
