@@ -13,25 +13,21 @@
 #define ROWS_PER_TILE 4
 #define MAX_PANELS 3
 #define PANELS_FOR(rows) 3
-/* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights;
- * two panels for one row, one for more (two rows' accumulators for two panels spill: the 1.5B
- * Qwen decoder layers at 2 rows 3-7% faster with one on an Intel Xeon, `avx2vnni` and `avx2`
- * alike). With VNNI a row's sums take two registers and tiles of one panel run up to 6 rows
- * before calls stream (3-6 rows 6-15% faster than streamed there); without it, 3-4 row tiles
- * measured even or slower than the stream. Bitwise the same either way (BENCHMARKS.md, issue 28) */
+/* the block formats' tiles and streams (qlinear.c): one panel of 8 output rows at a time, whose
+ * unpacked weights, with a few rows' integer and fp32 sums, fit the 16 registers; two panels
+ * spill. Measured one panel against two (bitwise the same; BENCHMARKS.md, issue 28): streamed
+ * calls, Q4_K at 4-64 rows 5-9% faster on Zen 1, and on an Intel Xeon's Golden Cove cores
+ * (Alder Lake's P-cores) with VNNI the 1.5B Qwen decoder layers at 4 / 8 / 16 rows 6 / 6-10 /
+ * 8-12%; tiles, there, 1 row 4-7% and 2 rows 3-7% on `avx2vnni` and `avx2` alike. With VNNI a
+ * row's sums take two registers and tiles run up to 6 rows before calls stream (3-6 rows 6-15%
+ * faster than streamed); without it, 3-4 row tiles measured even or slower than the stream. */
 #ifdef SPECDECODE_VNNI
 #define QROWS_PER_TILE 6
 #else
 #define QROWS_PER_TILE 2
 #endif
-#define QMAX_PANELS 2
-#define QPANELS_FOR(rows) ((rows) > 1 ? 1 : 2)
-/* panels a streamed block format call (more rows than a tile) unpacks at a time: one keeps its
- * 8 unpacked vectors in registers (two spill); bitwise the same. Without VNNI, Q4_K at 4-64 rows
- * 5-9% faster on Zen 1; with it, the 1.5B Qwen decoder layers at 4 / 8 / 16 rows 6 / 6-10 /
- * 8-12% faster on an Intel Xeon's Golden Cove cores, Alder Lake's P-cores (BENCHMARKS.md, issue
- * 28) */
-#define QSTREAM_PANELS 1
+#define QMAX_PANELS 1
+#define QPANELS_FOR(rows) 1
 /* query heads of one KV group whose values attention.c weighs together (their value accumulators fit) */
 #define ATTENTION_HEADS 2
 /* query heads of a KV group attention.c scores together, and keys at a time:
