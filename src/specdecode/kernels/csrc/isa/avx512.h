@@ -22,9 +22,14 @@
  * streams, which there costs more than its shared unpacking saves (1.5B Qwen decoder layers:
  * 4-7 rows 5-9% faster, 1-3 and 8 rows within 2%; the streamed calls of more rows keep two
  * panels). Zen 4 measured the other way (one panel for Q6_K at 3+ rows: 7% slower), and a path
- * cannot tell the two makers apart, so the AMX path alone takes it. */
+ * cannot tell the two makers apart, so the AMX path takes it, and `avx512` without VNNI, which
+ * only Intel's Skylake-SP generation runs (the Xeon forced to it: 1-4 rows 3-8% faster with one
+ * panel; up to 4 rows, as tiles of 8 rows lost 1-14% at 8). */
 #ifdef SPECDECODE_AMX
 #define QROWS_PER_TILE 8
+#define QPANELS_FOR(rows) 1
+#elif !defined(SPECDECODE_VNNI)
+#define QROWS_PER_TILE 4
 #define QPANELS_FOR(rows) 1
 #else
 #define QROWS_PER_TILE 4
