@@ -89,7 +89,6 @@ class DraftModel(Drafter):
                  ngram: int = 0, window: int = 0, width: int = 1) -> None:
         self.model = model  # logits over `vocabulary` when given: [V'] int64 token ids
         self.label, self.ngram, self.window = label, ngram, window
-        self.free_drafts = ngram > 0  # its n-gram matches
         # trees need a draft model that appends under masks (and a target that scores them:
         # `create`)
         self.width = width if isinstance(model, MaskedTarget) else 1
@@ -143,6 +142,10 @@ class DraftModel(Drafter):
                    options.draft_window, width)
         made.label += f", trees {made.width} wide (greedy)" if made.width > 1 else ""
         return made
+
+    @property
+    def free_drafts(self) -> bool:  # its n-gram matches
+        return self.ngram > 0
 
     def start(self, seq) -> None:
         seq.drafter_state = _State(self.model.new_cache(), torch.empty(0, dtype=torch.long),
