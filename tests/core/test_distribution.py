@@ -159,9 +159,24 @@ def reduced_vocabulary_drafter(draft_model) -> DraftModel:
     return DraftModel(NativeDecoder.from_hf(draft_model).with_vocabulary(ids), "cut", ids, V)
 
 
+def context_adding_drafter(draft_model) -> DraftModel:
+    """The cut drafter above plus the first token outside its cut that the context holds (0, the
+    prompt's first): q over tokens 1, 3 and 0, in that column order, zero at 2."""
+    ids = torch.tensor([1, 3])
+    cut = NativeDecoder.from_hf(draft_model).with_vocabulary(ids)
+    addable = torch.tensor([True, False, True, False])
+    return DraftModel(cut, "cut", ids, V, addable=addable, head_rows=cut.output_rows,
+                      most_added=1)
+
+
+CUT_DRAFTERS = {"cut": reduced_vocabulary_drafter, "cut-adding-context": context_adding_drafter}
+
+
+@pytest.mark.parametrize("drafter", CUT_DRAFTERS)
 def test_sampling_with_a_drafter_over_a_reduced_vocabulary_matches_plain_sampling(target_model,
-                                                                                  draft_model):
-    pvalue = speculative_pvalue(target_model, reduced_vocabulary_drafter(draft_model), T1, 2)
+                                                                                  draft_model,
+                                                                                  drafter):
+    pvalue = speculative_pvalue(target_model, CUT_DRAFTERS[drafter](draft_model), T1, 2)
     assert pvalue > ALPHA
 
 
@@ -178,8 +193,9 @@ def test_broken_verifier_is_detected_through_the_mixing_drafter(monkeypatch, tar
     assert speculative_pvalue(target_model, drafter, T1, 2) < ALPHA
 
 
+@pytest.mark.parametrize("drafter", CUT_DRAFTERS)
 def test_a_reduced_vocabulary_q_left_at_its_own_columns_is_detected(monkeypatch, target_model,
-                                                                    draft_model):
+                                                                    draft_model, drafter):
     """Power check: q over the cut vocabulary's columns, not scattered to the token ids, is
     caught (the verifier would read tokens 1 and 3's probabilities at columns 0 and 1)."""
     real = specdecode.drafters.draft_model.draft_chain
@@ -191,7 +207,7 @@ def test_a_reduced_vocabulary_q_left_at_its_own_columns_is_detected(monkeypatch,
         return draft
 
     monkeypatch.setattr(specdecode.drafters.draft_model, "draft_chain", unscattered)
-    pvalue = speculative_pvalue(target_model, reduced_vocabulary_drafter(draft_model), T1, 2)
+    pvalue = speculative_pvalue(target_model, CUT_DRAFTERS[drafter](draft_model), T1, 2)
     assert pvalue < ALPHA
 
 

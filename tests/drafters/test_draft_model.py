@@ -3,12 +3,13 @@ a second model keep the target's output, and its cache is reused across steps an
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from specdecode.core.engine import generate
 from specdecode.core.sampling import SamplingParams
 from specdecode.core.sequence import DraftLimit, GenerationConfig
-from specdecode.drafters.draft_model import DraftModel, _Columns
+from specdecode.drafters.draft_model import DraftModel, _AddedRows, _Columns
 from specdecode.drafters.plain import NoDrafter
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
@@ -61,6 +62,69 @@ def test_a_draft_model_over_a_reduced_vocabulary_keeps_greedy_output_and_drafts_
 def _record(draft, into: list[int]):
     into.extend(draft.tokens.tolist())
     return draft
+
+
+EVEN = torch.arange(0, 16, 2)
+
+
+def _cut_adding_context(model, ids: torch.Tensor, most_added: int = 1024) -> DraftModel:
+    """`model` drafting over `ids` only, plus the tokens outside them its context holds."""
+    addable = torch.ones(model.vocab_size, dtype=torch.bool)
+    addable[ids] = False
+    cut = model.with_vocabulary(ids)
+    return DraftModel(cut, "cut", ids, model.vocab_size, addable=addable,
+                      head_rows=cut.output_rows, most_added=most_added)
+
+
+def test_a_cut_draft_model_drafts_tokens_outside_its_cut_only_once_the_context_holds_them(
+        tiny_llama):
+    target, config = _native(tiny_llama), GenerationConfig(40)
+    plain = generate(target, NoDrafter(), PROMPT, config, None)
+    drafter = _cut_adding_context(_native(tiny_llama), EVEN)  # the target's own weights
+    seen: list[tuple[set[int], list[int]]] = []
+    propose = drafter.propose
+
+    def recorded(seq, budget):
+        context = set(seq.context.tolist())
+        draft = propose(seq, budget)
+        seen.append((context, draft.tokens.tolist()))
+        return draft
+
+    drafter.propose = recorded
+    result = generate(target, drafter, PROMPT, config, DraftLimit(4, 4))
+    assert result.token_ids == plain.token_ids
+    odd = [(t, context) for context, tokens in seen for t in tokens if t % 2]
+    assert odd and all(t in context for t, context in odd)
+    # the tokens added back are drafted and accepted: more than the cut alone gets
+    cut_only = DraftModel(_native(tiny_llama).with_vocabulary(EVEN), "cut", EVEN, 16)
+    alone = generate(target, cut_only, PROMPT, config, DraftLimit(4, 4))
+    assert alone.token_ids == plain.token_ids
+    assert result.stats.accepted > alone.stats.accepted
+
+
+def test_added_rows_score_their_tokens_as_the_whole_output_layer_does(tiny_llama):
+    model = _native(tiny_llama)
+    added = torch.tensor([5, 1, 9])
+    cut = model.with_vocabulary(EVEN)
+    view = _AddedRows(cut, cut.output_rows(added))  # the cut copy reads the whole layer's rows
+    hidden = model.hidden(model.new_cache(), torch.tensor(PROMPT))
+    expected = model.logits(hidden)[:, torch.cat([EVEN, added])]
+    torch.testing.assert_close(view.logits(hidden), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_sequence_adds_at_most_its_cap_of_context_tokens_in_order_of_appearance(tiny_llama):
+    from specdecode.core.budget import DraftBudget
+    from specdecode.core.engine import start
+
+    drafter = _cut_adding_context(_native(tiny_llama), EVEN, most_added=2)
+    seq = start(_native(tiny_llama), drafter, PROMPT, GenerationConfig(8), DraftLimit(2, 2))
+    drafter.propose(seq, DraftBudget(2, 2))
+    state = seq.drafter_state
+    assert state.added.tolist() == [3, 1]  # PROMPT's first odd tokens; 5 and 9 over the cap
+    assert state.added_rows.shape == (2, _native(tiny_llama).hidden_size)
+    other = start(_native(tiny_llama), drafter, [2, 7, 4], GenerationConfig(8), DraftLimit(2, 2))
+    drafter.propose(other, DraftBudget(2, 2))
+    assert other.drafter_state.added.tolist() == [7]  # each sequence its own
 
 
 def test_n_gram_matches_draft_for_free_where_they_promise_more_and_greedy_output_holds(
@@ -299,3 +363,13 @@ def test_a_draft_model_priced_out_by_a_passing_slowdown_drafts_again_after_a_pro
     seq.context = torch.cat([seq.context, torch.tensor(PROMPT * 3)])
     assert all(drafter.propose(seq, budget).forwards == 0
                for _ in range(ForwardClock.PROBE + 2))
+
+
+def test_a_negative_draft_option_is_refused_before_any_model_loads():
+    from types import SimpleNamespace
+
+    from specdecode.errors import InvalidParameterError
+
+    options = DraftModel.Options(draft_model="never-loaded", draft_context_tokens=-1)
+    with pytest.raises(InvalidParameterError, match="--draft-context-tokens must be >= 0"):
+        DraftModel.create(SimpleNamespace(drafter=None), options)

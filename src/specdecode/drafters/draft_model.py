@@ -1,7 +1,8 @@
 """`draft`: a separate, smaller causal LM drafts autoregressively, with
 its own KV cache per sequence. Between steps that cache is rolled back to the longest prefix it
 shares with the context, so only the tokens it has not seen are fed again. Its output layer may
-cover only the most frequent tokens (`--draft-vocab`, `vocabulary`).
+cover only the most frequent tokens (`--draft-vocab`, `vocabulary`), plus, for each sequence, the
+tokens outside them that its context holds (`--draft-context-tokens`).
 
 Under greedy decoding, where the draft model can append rows under any mask (`MaskedTarget`)
 and the target scores trees, the draft may be a tree (`--draft-width` above 1): each depth keeps
@@ -34,7 +35,7 @@ from .calibration import Calibration
 from .cross_tokenizer import CrossTokenizerDraft
 from .lookup import MatchEvidence
 from .ngrams import NgramIndex
-from .vocabulary import proposable_ids
+from .vocabulary import every_row, most_frequent, shared_ids
 
 
 NET_WEIGHT = 0.2  # weight of the newest draft model step in a sequence's `net`
@@ -54,6 +55,12 @@ class _State:
     # list of the parent, -1 for the root's children)
     fed: list[tuple[int, int]] = field(default_factory=list)
     tree: tuple[list[int], list[int], list[float]] | None = None  # the last tree draft, to judge
+    # tokens outside the cut output layer that the context holds, their rows [E, H] and the
+    # vocabulary they extend ([V' + E] int64)
+    added: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
+    added_rows: torch.Tensor | None = None
+    vocabulary: torch.Tensor | None = None
+    scanned: int = 0  # context tokens looked at for `added`
 
 
 @register("draft")
@@ -70,6 +77,10 @@ class DraftModel(Drafter):
         draft_dtype: str = option(
             "q4_0", "the draft model's weights: a format made on load (q4_0, q8_0: fewer bytes "
                     "per draft token than wider stored formats) or auto (as stored)")
+        draft_context_tokens: int = option(
+            1024, "with a cut output layer (--draft-vocab), up to this many tokens outside it "
+                  "that a sequence's prompt or answer holds are added back for that sequence "
+                  "(rare words a summary copies, a code fence); 0: none")
         draft_window: int = option(
             128, "the draft model reads only the last this many tokens of the prompt (its own "
                  "prefill of a long prompt costs more than its drafts gain: BENCHMARKS.md); "
@@ -86,8 +97,15 @@ class DraftModel(Drafter):
 
     def __init__(self, model: Target, label: str = "draft model",
                  vocabulary: torch.Tensor | None = None, vocab_size: int | None = None,
-                 ngram: int = 0, window: int = 0, width: int = 1) -> None:
+                 ngram: int = 0, window: int = 0, width: int = 1,
+                 addable: torch.Tensor | None = None,
+                 head_rows: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 most_added: int = 0) -> None:
         self.model = model  # logits over `vocabulary` when given: [V'] int64 token ids
+        # ids outside `vocabulary` a context may add ([vocab_size] bool), their output rows
+        # (ids [E] -> [E, H] float32: a cut model's `output_rows`) and how many a sequence may
+        # add: `_added`
+        self.addable, self.head_rows, self.most_added = addable, head_rows, most_added
         self.label, self.ngram, self.window = label, ngram, window
         # trees need a draft model that appends under masks (and a target that scores them:
         # `create`)
@@ -115,31 +133,46 @@ class DraftModel(Drafter):
         reason = cls.unavailable(model, options)
         if reason:
             raise InvalidParameterError(reason)
-        if min(options.draft_vocab, options.draft_ngram, options.draft_window) < 0:
+        if min(options.draft_vocab, options.draft_ngram, options.draft_window,
+               options.draft_context_tokens) < 0:
             raise InvalidParameterError(
-                "--draft-vocab, --draft-ngram and --draft-window must be >= 0, got "
-                f"{options.draft_vocab}, {options.draft_ngram}, {options.draft_window}")
+                "--draft-vocab, --draft-ngram, --draft-window and --draft-context-tokens must be "
+                f">= 0, got {options.draft_vocab}, {options.draft_ngram}, {options.draft_window}, "
+                f"{options.draft_context_tokens}")
         if options.draft_width < 1:
             raise InvalidParameterError(f"--draft-width must be >= 1, got {options.draft_width}")
         name = options.draft_model or model.drafter
         drafter = load_model(name, device=str(model.target.device), dtype=options.draft_dtype)
         try:
-            ids = proposable_ids(model.tokenizer, drafter.tokenizer, drafter.target.vocab_size,
-                                 model.target.vocab_size, options.draft_vocab)
+            shared = shared_ids(model.tokenizer, drafter.tokenizer, drafter.target.vocab_size,
+                                model.target.vocab_size)
         except VocabularyMismatchError:  # another tokenizer: draft as text
             label = name + (f", last {options.draft_window} prompt tokens"
                             if options.draft_window else "")
             return CrossTokenizerDraft(drafter, model.tokenizer, label, options.draft_window)
+        ids = most_frequent(shared, options.draft_vocab, drafter.tokenizer) \
+            if options.draft_vocab else shared
+        ids = None if every_row(ids, drafter.target.vocab_size) else ids
         label = name if ids is None else f"{name}, {len(ids)} tokens"
         label += f", n-gram matches up to {options.draft_ngram}" if options.draft_ngram else ""
         label += f", last {options.draft_window} prompt tokens" if options.draft_window else ""
-        target = drafter.target
-        if ids is not None:  # a smaller output layer where the model can cut it: cheaper steps
-            target = (target.with_vocabulary(ids) if hasattr(target, "with_vocabulary")
-                      else _Columns(target, ids))
+        target, addable, head_rows = drafter.target, None, None
+        if ids is not None and hasattr(target, "with_vocabulary"):
+            # a smaller output layer: cheaper steps; the context's tokens outside it come back
+            # as rows of their own
+            target = target.with_vocabulary(ids)
+            if options.draft_context_tokens and len(ids) < len(shared):
+                addable = torch.zeros(model.target.vocab_size, dtype=torch.bool)
+                addable[shared] = True
+                addable[ids] = False
+                head_rows = target.output_rows
+                label += f", up to {options.draft_context_tokens} more from the context"
+        elif ids is not None:  # a model that cannot cut its output layer drafts the same ids
+            target = _Columns(target, ids)
         width = options.draft_width if getattr(model.target, "scores_trees", False) else 1
         made = cls(target, label, ids, model.target.vocab_size, options.draft_ngram,
-                   options.draft_window, width)
+                   options.draft_window, width, addable, head_rows,
+                   options.draft_context_tokens)
         made.label += f", trees {made.width} wide (greedy)" if made.width > 1 else ""
         return made
 
@@ -185,6 +218,7 @@ class DraftModel(Drafter):
         if length < 1:  # the draft model's context window is full: let the target go on alone
             return EMPTY_DRAFT
         forward_cost = self.clock.cost(budget)
+        model, vocabulary = self._added(state, seq.context)
         match = self._match(state, seq.context, length, budget.min_chance)
         # no token's chance can pay for a forward where a step is shared by enough sequences
         # that a token costs less than the draft model's forward, nor while the gate pauses the
@@ -201,20 +235,44 @@ class DraftModel(Drafter):
         t0 = time.perf_counter()
         if self.width > 1 and seq.sampling.greedy:
             draft, state.fed, probs = draft_tree(
-                self.model, state.cache, context[keep:], length,
-                min(budget.nodes, MAX_TREE_NODES), self.width, self.vocabulary,
+                model, state.cache, context[keep:], length,
+                min(budget.nodes, MAX_TREE_NODES), self.width, vocabulary,
                 budget.min_chance, forward_cost, self.calibration.rate)
             state.cached = context
             state.tree = (draft.tokens.tolist(), draft.parents.tolist(), probs)
         else:
-            draft = draft_chain(lambda tokens: forward_last(self.model, state.cache, tokens),
+            draft = draft_chain(lambda tokens: forward_last(model, state.cache, tokens),
                                 context[keep:], length, seq.sampling, seq.generator,
-                                self.vocabulary, self.vocab_size,
+                                vocabulary, self.vocab_size,
                                 budget.min_chance + forward_cost)
             state.cached = torch.cat([context, draft.tokens[:draft.forwards - 1]])  # what it fed
         self.clock.record(fed, time.perf_counter() - t0, draft.forwards)
         state.cost = draft.forwards * forward_cost
         return draft
+
+    def _added(self, state: _State, context: torch.Tensor
+               ) -> tuple[Target, torch.Tensor | None]:
+        """The draft model and its vocabulary for this sequence: the cut output layer plus a row
+        for each token outside it that the context ([n] int64) has held, in order of first
+        appearance, up to `most_added` (the draft's q then covers them too)."""
+        if self.addable is None:
+            return self.model, self.vocabulary
+        new = context[state.scanned:]
+        state.scanned = len(context)
+        room = self.most_added - len(state.added)
+        if room > 0 and bool(self.addable[new].any()):
+            known = set(state.added.tolist())
+            fresh = [t for t in dict.fromkeys(new[self.addable[new]].tolist()) if t not in known]
+            if fresh:
+                fresh = torch.tensor(fresh[:room], dtype=torch.long)
+                rows = self.head_rows(fresh)
+                state.added = torch.cat([state.added, fresh])
+                state.added_rows = (rows if state.added_rows is None
+                                    else torch.cat([state.added_rows, rows]))
+                state.vocabulary = torch.cat([self.vocabulary, state.added])
+        if state.added_rows is None:
+            return self.model, self.vocabulary
+        return _AddedRows(self.model, state.added_rows), state.vocabulary
 
     def _match(self, state: _State, context: torch.Tensor, length: int,
                min_chance: float) -> Draft | None:
@@ -341,6 +399,29 @@ def _path(fed: list[tuple[int, int]], continuation: list[int]) -> list[int]:
             break
         path.append(step)
     return path
+
+
+class _AddedRows:
+    """A draft model whose logits gain columns: its hidden state against `rows` ([E, H] float32,
+    tokens outside its cut output layer), computed in float32 beside the cut layer's kernel."""
+
+    def __init__(self, model: Target, rows: torch.Tensor) -> None:
+        self.model, self.rows = model, rows
+        self.max_length = model.max_length
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def hidden(self, cache, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.hidden(cache, tokens)
+
+    def hidden_masked(self, cache, tokens: torch.Tensor, positions: torch.Tensor,
+                      mask: torch.Tensor) -> torch.Tensor:
+        return self.model.hidden_masked(cache, tokens, positions, mask)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [T, H] -> [T, V' + E]."""
+        return torch.cat([self.model.logits(hidden), hidden.float() @ self.rows.T], dim=-1)
 
 
 class _Columns:

@@ -13,6 +13,11 @@ which costs acceptance where the target would have chosen it. Frequency here is 
 own order: byte-level BPE (and SentencePiece) number their tokens in merge order, which follows
 frequency in the tokenizer's training corpus; special and added tokens (end of turn, end of text)
 are always kept.
+
+Merge order misses tokens a chat model writes often (the code fence ```, a LaTeX `\\[`) and the rare
+words a summary or a translation copies from its prompt. So a sequence's own context adds its
+tokens back (`draft_model`): a token outside the cut that the prompt or the answer so far holds
+gets its output row for the rest of that sequence (BENCHMARKS.md, "The context's own tokens").
 """
 
 from __future__ import annotations
@@ -28,6 +33,16 @@ def proposable_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_ro
     models' row counts, and, when `keep` > 0, the `keep` most frequent of them plus the special
     tokens. None: every one of the drafter's rows (nothing to cut). VocabularyMismatchError when an
     id names different tokens in the two."""
+    ids = shared_ids(target_tokenizer, draft_tokenizer, draft_rows, target_rows)
+    if keep > 0:
+        ids = most_frequent(ids, keep, draft_tokenizer)
+    return None if every_row(ids, draft_rows) else ids
+
+
+def shared_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_rows: int
+               ) -> torch.Tensor:
+    """Every id [V'] (sorted) both tokenizers decode alike below both models' row counts;
+    VocabularyMismatchError when an id names different tokens in the two."""
     target_vocab = {i: t for t, i in target_tokenizer.get_vocab().items()}
     draft_vocab = {i: t for t, i in draft_tokenizer.get_vocab().items()}
     differ = [i for i, t in draft_vocab.items() if i in target_vocab and target_vocab[i] != t]
@@ -37,13 +52,21 @@ def proposable_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_ro
             f"other tokens, e.g. id {differ[0]}: {draft_vocab[differ[0]]!r} vs "
             f"{target_vocab[differ[0]]!r})")
     rows = min(draft_rows, target_rows)
-    shared = torch.tensor(sorted(i for i in draft_vocab if i in target_vocab and i < rows),
-                          dtype=torch.long)
-    if keep > 0 and keep < len(shared):
-        special = {i for i in getattr(draft_tokenizer, "added_tokens_decoder", {})}
-        special |= set(getattr(draft_tokenizer, "all_special_ids", []))
-        kept = set(shared[:keep].tolist()) | {i for i in special if i in target_vocab and i < rows}
-        shared = torch.tensor(sorted(kept), dtype=torch.long)
-    if len(shared) == draft_rows and bool((shared == torch.arange(draft_rows)).all()):
-        return None
-    return shared
+    return torch.tensor(sorted(i for i in draft_vocab if i in target_vocab and i < rows),
+                        dtype=torch.long)
+
+
+def most_frequent(ids: torch.Tensor, keep: int, draft_tokenizer) -> torch.Tensor:
+    """Of `ids` ([V'] sorted, `shared_ids`), the `keep` most frequent (the lowest: merge order)
+    plus the special tokens among them."""
+    if keep >= len(ids):
+        return ids
+    special = set(getattr(draft_tokenizer, "added_tokens_decoder", {}))
+    special |= set(getattr(draft_tokenizer, "all_special_ids", []))
+    kept = set(ids[:keep].tolist()) | (special & set(ids.tolist()))
+    return torch.tensor(sorted(kept), dtype=torch.long)
+
+
+def every_row(ids: torch.Tensor, draft_rows: int) -> bool:
+    """Whether `ids` ([V'] sorted) are all of the drafter's rows, in order: nothing to cut."""
+    return len(ids) == draft_rows and bool((ids == torch.arange(draft_rows)).all())

@@ -102,6 +102,7 @@ class NativeDecoder:
         # norm (an EAGLE head's layer); tied embeddings are saved once, under the input's name
         lm_head = optional("lm_head.weight")
         self.lm_head = self.embed if lm_head is None else lm_head  # [V, H]
+        self._whole_head = self.lm_head  # what `with_vocabulary` copies keep for `output_rows`
         self.vocab_size = self.lm_head.shape[0]
         self._lm_head = self._linear(self.lm_head)
         # one (cos, sin) table per distinct rotary parameters (Gemma: local and global layers)
@@ -245,10 +246,12 @@ class NativeDecoder:
     def lm_head_rows(self, ids: torch.Tensor | None = None) -> torch.Tensor:
         """The LM head's rows for `ids` ([len(ids), H], a contiguous copy) or all of it [V, H], in
         `dtype`."""
-        if isinstance(self.lm_head, QuantTensor):
-            rows = self.lm_head if ids is None else self.lm_head.take(ids.numpy())
-            return rows.dequantize(self.dtype)
-        return self.lm_head if ids is None else self.lm_head[ids].contiguous()
+        return matrix_rows(self.lm_head, ids, self.dtype)
+
+    def output_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """The output layer's rows for token ids `ids` ([E] int64) -> [E, H] float32, read from
+        the whole layer on a copy `with_vocabulary` cut too (a drafter adds rows back from it)."""
+        return matrix_rows(self._whole_head, ids, torch.float32)
 
     def with_vocabulary(self, ids: torch.Tensor) -> "NativeDecoder":
         """This model with its output layer cut to the rows `ids` ([V'] int64; every other weight
@@ -437,3 +440,11 @@ def fuse(parts: list) -> torch.Tensor | QuantTensor | list:
     if all(isinstance(p, QuantTensor) for p in parts) and len({p.qtype for p in parts}) == 1:
         return QuantTensor.concat(parts)
     return parts
+
+
+def matrix_rows(matrix: QuantTensor | torch.Tensor, ids: torch.Tensor | None,
+                dtype: torch.dtype) -> torch.Tensor:
+    """A weight matrix's rows `ids` ([len(ids), I], a contiguous copy) or all of it, in `dtype`."""
+    if isinstance(matrix, QuantTensor):
+        return (matrix if ids is None else matrix.take(ids.numpy())).dequantize(dtype)
+    return (matrix if ids is None else matrix[ids].contiguous()).to(dtype)
