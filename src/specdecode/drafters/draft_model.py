@@ -401,42 +401,43 @@ def _path(fed: list[tuple[int, int]], continuation: list[int]) -> list[int]:
     return path
 
 
-class _AddedRows:
-    """A draft model whose logits gain columns: its hidden state against `rows` ([E, H] float32,
-    tokens outside its cut output layer), computed in float32 beside the cut layer's kernel."""
+class _OtherLogits:
+    """A target whose cache and hidden states are another's, its logits its own (`logits`)."""
 
-    def __init__(self, model: Target, rows: torch.Tensor) -> None:
-        self.model, self.rows = model, rows
-        self.max_length = model.max_length
-
-    def new_cache(self):
-        return self.model.new_cache()
-
-    def hidden(self, cache, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model.hidden(cache, tokens)
-
-    def hidden_masked(self, cache, tokens: torch.Tensor, positions: torch.Tensor,
-                      mask: torch.Tensor) -> torch.Tensor:
-        return self.model.hidden_masked(cache, tokens, positions, mask)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [T, H] -> [T, V' + E]."""
-        return torch.cat([self.model.logits(hidden), hidden.float() @ self.rows.T], dim=-1)
-
-
-class _Columns:
-    """A target whose logits keep only some columns: a draft model that cannot cut its output
-    layer proposes the same tokens, no cheaper."""
-
-    def __init__(self, target: Target, ids: torch.Tensor) -> None:
-        self.target, self.ids = target, ids
-        self.max_length = target.max_length
+    def __init__(self, target: Target) -> None:
+        self.target, self.max_length = target, target.max_length
 
     def new_cache(self):
         return self.target.new_cache()
 
     def hidden(self, cache, tokens: torch.Tensor) -> torch.Tensor:
         return self.target.hidden(cache, tokens)
+
+
+class _AddedRows(_OtherLogits):
+    """A draft model whose logits gain columns: its hidden state against `rows` ([E, H] float32,
+    tokens outside its cut output layer), computed in float32 beside the cut layer's kernel."""
+
+    def __init__(self, model: Target, rows: torch.Tensor) -> None:
+        super().__init__(model)
+        self.rows = rows
+
+    def hidden_masked(self, cache, tokens: torch.Tensor, positions: torch.Tensor,
+                      mask: torch.Tensor) -> torch.Tensor:  # trees: `model` is a MaskedTarget
+        return self.target.hidden_masked(cache, tokens, positions, mask)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [T, H] -> [T, V' + E]."""
+        return torch.cat([self.target.logits(hidden), hidden.float() @ self.rows.T], dim=-1)
+
+
+class _Columns(_OtherLogits):
+    """A target whose logits keep only some columns: a draft model that cannot cut its output
+    layer proposes the same tokens, no cheaper. (No `hidden_masked`: it drafts chains only.)"""
+
+    def __init__(self, target: Target, ids: torch.Tensor) -> None:
+        super().__init__(target)
+        self.ids = ids
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.target.logits(hidden)[:, self.ids]
