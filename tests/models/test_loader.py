@@ -145,3 +145,33 @@ def test_converting_a_gguf_file_for_transformers_reads_the_file_once(tmp_path, r
     assert len(readings) == 1 and (metadata / "model.safetensors").is_file()
     model = load_model(str(path), backend="transformers")
     assert model.backend == "transformers" and len(model.tokenizer) == VOCAB
+
+
+def test_a_new_cache_entry_removes_those_of_files_replaced_or_gone(tmp_path, monkeypatch):
+    """A GGUF file's cache entry is keyed by its path, size and time: once the file is replaced
+    or deleted no load can use it again, and a transformers conversion is as large as the
+    model. The next entry written removes such entries; one whose file is unchanged stays."""
+    import os
+    import shutil
+
+    from specdecode.models.loader import _gguf_metadata
+
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path / "cache"))
+    path = _tiny_llama_gguf(tmp_path / "tiny.gguf").resolve()
+    copy = tmp_path / "copy.gguf"
+    shutil.copy(path, copy)
+    old, _ = _gguf_metadata(path)
+    kept, _ = _gguf_metadata(copy.resolve())
+
+    def replaced(p) -> None:  # the same path, another file time
+        os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+
+    replaced(path)
+    new, _ = _gguf_metadata(path)
+    assert new != old and new.is_dir() and not old.exists()
+    assert kept.is_dir()  # its file is unchanged
+    copy.unlink()
+    replaced(path)
+    newest, _ = _gguf_metadata(path)
+    assert newest.is_dir() and not new.exists() and not kept.exists()
+    assert sorted(p.name for p in newest.parent.iterdir()) == [newest.name]

@@ -251,6 +251,26 @@ def _gguf_cache(gguf: Path) -> Path:
     return cache_dir() / "gguf" / f"{gguf.stem}-{_fingerprint(gguf)}"
 
 
+SOURCE = "source.txt"  # in a GGUF file's cache entry: that file's path
+
+
+def _write_gguf_entry(gguf: Path, target: Path, write) -> None:
+    """write(tmp) as `target`, the cache entry of the file `gguf`, which records the file's path.
+    First, entries whose file is gone or was replaced (another size or time at the path: another
+    fingerprint) are removed: no load can use them again, and a transformers conversion is as
+    large as the model in fp32 (a reinstalled package or a deleted copy left one behind each)."""
+    for recorded in target.parent.glob(f"[!.]*/{SOURCE}"):  # not another process's `.writing-`
+        entry, source = recorded.parent, Path(recorded.read_text())
+        if entry != target and not (source.is_file() and _gguf_cache(source) == entry):
+            shutil.rmtree(entry, ignore_errors=True)
+
+    def written(tmp: Path) -> None:
+        write(tmp)
+        (tmp / SOURCE).write_text(str(gguf))
+
+    _write_aside(target, written)
+
+
 def _gguf_metadata(gguf: Path) -> tuple[Path, GGUFHeader]:
     """A directory with the GGUF file's config and tokenizer, as transformers reads them from it
     (written once, seconds; the native backend reads the weights from the file itself), and the
@@ -285,7 +305,8 @@ def _gguf_metadata(gguf: Path) -> tuple[Path, GGUFHeader]:
     family = families.by_model_type(config.model_type)
     if family is not None and family.from_gguf is not None:
         family.from_gguf(config, fields)
-    _write_aside(target, lambda tmp: (tokenizer.save_pretrained(tmp), config.save_pretrained(tmp)))
+    _write_gguf_entry(gguf, target,
+                      lambda tmp: (tokenizer.save_pretrained(tmp), config.save_pretrained(tmp)))
     return target, header
 
 
@@ -312,7 +333,8 @@ def _converted_gguf(gguf: Path) -> Path:
     # the weights are now plain float tensors; drop the marker that forbids saving them
     del model.config.quantization_config
     model.hf_quantizer = None
-    _write_aside(target, lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp)))
+    _write_gguf_entry(gguf, target,
+                      lambda tmp: (model.save_pretrained(tmp), tokenizer.save_pretrained(tmp)))
     return target
 
 
@@ -320,7 +342,7 @@ def _write_aside(target: Path, write) -> None:
     """write(tmp) into a new directory beside `target`, then rename it into place: no
     half-written cache."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".writing-"))
     write(tmp)
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
