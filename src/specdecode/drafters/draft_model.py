@@ -35,7 +35,7 @@ from .calibration import Calibration
 from .cross_tokenizer import CrossTokenizerDraft
 from .lookup import MatchEvidence
 from .ngrams import NgramIndex
-from .vocabulary import every_row, most_frequent, shared_ids
+from .vocabulary import cut_vocabulary, shared_ids
 
 
 NET_WEIGHT = 0.2  # weight of the newest draft model step in a sequence's `net`
@@ -150,9 +150,8 @@ class DraftModel(Drafter):
             label = name + (f", last {options.draft_window} prompt tokens"
                             if options.draft_window else "")
             return CrossTokenizerDraft(drafter, model.tokenizer, label, options.draft_window)
-        ids = most_frequent(shared, options.draft_vocab, drafter.tokenizer) \
-            if options.draft_vocab else shared
-        ids = None if every_row(ids, drafter.target.vocab_size) else ids
+        ids = cut_vocabulary(shared, options.draft_vocab, drafter.tokenizer,
+                             drafter.target.vocab_size)
         label = name if ids is None else f"{name}, {len(ids)} tokens"
         label += f", n-gram matches up to {options.draft_ngram}" if options.draft_ngram else ""
         label += f", last {options.draft_window} prompt tokens" if options.draft_window else ""
@@ -258,11 +257,12 @@ class DraftModel(Drafter):
         if self.addable is None:
             return self.model, self.vocabulary
         new = context[state.scanned:]
+        new = new[self.addable[new]]
         state.scanned = len(context)
         room = self.most_added - len(state.added)
-        if room > 0 and bool(self.addable[new].any()):
+        if room > 0 and len(new):
             known = set(state.added.tolist())
-            fresh = [t for t in dict.fromkeys(new[self.addable[new]].tolist()) if t not in known]
+            fresh = [t for t in dict.fromkeys(new.tolist()) if t not in known]
             if fresh:
                 fresh = torch.tensor(fresh[:room], dtype=torch.long)
                 rows = self.head_rows(fresh)

@@ -33,10 +33,8 @@ def proposable_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_ro
     models' row counts, and, when `keep` > 0, the `keep` most frequent of them plus the special
     tokens. None: every one of the drafter's rows (nothing to cut). VocabularyMismatchError when an
     id names different tokens in the two."""
-    ids = shared_ids(target_tokenizer, draft_tokenizer, draft_rows, target_rows)
-    if keep > 0:
-        ids = most_frequent(ids, keep, draft_tokenizer)
-    return None if every_row(ids, draft_rows) else ids
+    return cut_vocabulary(shared_ids(target_tokenizer, draft_tokenizer, draft_rows, target_rows),
+                          keep, draft_tokenizer, draft_rows)
 
 
 def shared_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_rows: int
@@ -56,17 +54,15 @@ def shared_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_rows: 
                         dtype=torch.long)
 
 
-def most_frequent(ids: torch.Tensor, keep: int, draft_tokenizer) -> torch.Tensor:
-    """Of `ids` ([V'] sorted, `shared_ids`), the `keep` most frequent (the lowest: merge order)
-    plus the special tokens among them."""
-    if keep >= len(ids):
-        return ids
-    special = set(getattr(draft_tokenizer, "added_tokens_decoder", {}))
-    special |= set(getattr(draft_tokenizer, "all_special_ids", []))
-    kept = set(ids[:keep].tolist()) | (special & set(ids.tolist()))
-    return torch.tensor(sorted(kept), dtype=torch.long)
-
-
-def every_row(ids: torch.Tensor, draft_rows: int) -> bool:
-    """Whether `ids` ([V'] sorted) are all of the drafter's rows, in order: nothing to cut."""
-    return len(ids) == draft_rows and bool((ids == torch.arange(draft_rows)).all())
+def cut_vocabulary(ids: torch.Tensor, keep: int, draft_tokenizer, draft_rows: int
+                   ) -> torch.Tensor | None:
+    """Of `ids` ([V'] sorted, `shared_ids`), when `keep` > 0, the `keep` most frequent (the
+    lowest: merge order) plus the special tokens among them; None where that is every one of the
+    drafter's rows, in order (nothing to cut)."""
+    if 0 < keep < len(ids):
+        special = set(getattr(draft_tokenizer, "added_tokens_decoder", {}))
+        special |= set(getattr(draft_tokenizer, "all_special_ids", []))
+        kept = set(ids[:keep].tolist()) | (special & set(ids.tolist()))
+        ids = torch.tensor(sorted(kept), dtype=torch.long)
+    every_row = len(ids) == draft_rows and bool((ids == torch.arange(draft_rows)).all())
+    return None if every_row else ids

@@ -246,12 +246,12 @@ class NativeDecoder:
     def lm_head_rows(self, ids: torch.Tensor | None = None) -> torch.Tensor:
         """The LM head's rows for `ids` ([len(ids), H], a contiguous copy) or all of it [V, H], in
         `dtype`."""
-        return matrix_rows(self.lm_head, ids, self.dtype)
+        return _rows(self.lm_head, ids, self.dtype)
 
     def output_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """The output layer's rows for token ids `ids` ([E] int64) -> [E, H] float32, read from
         the whole layer on a copy `with_vocabulary` cut too (a drafter adds rows back from it)."""
-        return matrix_rows(self._whole_head, ids, torch.float32)
+        return _rows(self._whole_head, ids, torch.float32).float()
 
     def with_vocabulary(self, ids: torch.Tensor) -> "NativeDecoder":
         """This model with its output layer cut to the rows `ids` ([V'] int64; every other weight
@@ -442,9 +442,10 @@ def fuse(parts: list) -> torch.Tensor | QuantTensor | list:
     return parts
 
 
-def matrix_rows(matrix: QuantTensor | torch.Tensor, ids: torch.Tensor | None,
-                dtype: torch.dtype) -> torch.Tensor:
-    """A weight matrix's rows `ids` ([len(ids), I], a contiguous copy) or all of it, in `dtype`."""
+def _rows(matrix: QuantTensor | torch.Tensor, ids: torch.Tensor | None,
+          dtype: torch.dtype) -> torch.Tensor:
+    """A weight matrix's rows `ids` ([len(ids), I], a contiguous copy) or all of it: a block
+    format's dequantized to `dtype`, a tensor's as they are."""
     if isinstance(matrix, QuantTensor):
         return (matrix if ids is None else matrix.take(ids.numpy())).dequantize(dtype)
-    return (matrix if ids is None else matrix[ids].contiguous()).to(dtype)
+    return matrix if ids is None else matrix[ids].contiguous()
