@@ -175,3 +175,31 @@ def test_a_new_cache_entry_removes_those_of_files_replaced_or_gone(tmp_path, mon
     newest, _ = _gguf_metadata(path)
     assert newest.is_dir() and not new.exists() and not kept.exists()
     assert sorted(p.name for p in newest.parent.iterdir()) == [newest.name]
+
+
+def test_entries_from_before_entries_recorded_their_file_are_adopted_when_used_else_removed(
+        tmp_path, monkeypatch):
+    """Entries written before they recorded their file (commit 8fbc3f2) cannot be told from a
+    stale one by their record: one a load finds is its file's (the fingerprint in its name says
+    so) and records it from then on; the others are removed by the next entry written."""
+    import shutil
+
+    from specdecode.models.loader import SOURCE, _gguf_cache, _gguf_metadata
+
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path / "cache"))
+    used = _tiny_llama_gguf(tmp_path / "used.gguf").resolve()
+    entry, _ = _gguf_metadata(used)
+    (entry / SOURCE).unlink()  # as an older version wrote it
+    config = (entry / "config.json").stat().st_mtime_ns
+    orphan = entry.parent / "removed-0123456789ab"  # a file since deleted, no record
+    shutil.copytree(entry, orphan)
+
+    again, _ = _gguf_metadata(used)
+    assert again == entry and (entry / SOURCE).read_text() == str(used)
+    assert (entry / "config.json").stat().st_mtime_ns == config  # used, not written again
+    assert orphan.is_dir()  # nothing written yet
+
+    other = _tiny_llama_gguf(tmp_path / "other.gguf").resolve()
+    written, _ = _gguf_metadata(other)
+    assert not orphan.exists() and entry.is_dir() and written.is_dir()
+    assert written == _gguf_cache(other)

@@ -254,14 +254,36 @@ def _gguf_cache(gguf: Path) -> Path:
 SOURCE = "source.txt"  # in a GGUF file's cache entry: that file's path
 
 
+def _cached_gguf_entry(gguf: Path, marker: str) -> Path | None:
+    """The cache entry of the file `gguf` if it holds `marker` (a file name), else None. An entry
+    written before entries recorded their file (commit 8fbc3f2) records it now: the fingerprint
+    in its name is this file's, and the next write would otherwise take it for a stale one."""
+    target = _gguf_cache(gguf)
+    if not (target / marker).is_file():
+        return None
+    if not (target / SOURCE).is_file():
+        try:
+            tmp = target / f".{SOURCE}.{os.getpid()}"
+            tmp.write_text(str(gguf))
+            os.replace(tmp, target / SOURCE)
+        except OSError:  # another process's write removed it meanwhile: written anew
+            return None
+    return target
+
+
 def _write_gguf_entry(gguf: Path, target: Path, write) -> None:
     """write(tmp) as `target`, the cache entry of the file `gguf`, which records the file's path.
-    First, entries whose file is gone or was replaced (another size or time at the path: another
-    fingerprint) are removed: no load can use them again, and a transformers conversion is as
-    large as the model in fp32 (a reinstalled package or a deleted copy left one behind each)."""
-    for recorded in target.parent.glob(f"[!.]*/{SOURCE}"):  # not another process's `.writing-`
-        entry, source = recorded.parent, Path(recorded.read_text())
-        if entry != target and not (source.is_file() and _gguf_cache(source) == entry):
+    First, the entries no load can use again are removed: those whose file is gone or was
+    replaced (another size or time at the path: another fingerprint), and those that record no
+    file (written before entries did, and not used since: a load adopts its entry). A transformers
+    conversion is as large as the model in fp32; a reinstalled package, a deleted copy and each
+    test run's temporary files left one behind each (20 GB of them on one machine)."""
+    for entry in target.parent.glob("[!.]*"):  # not another process's `.writing-`
+        if entry == target or not entry.is_dir():
+            continue
+        recorded = entry / SOURCE
+        source = Path(recorded.read_text()) if recorded.is_file() else None
+        if not (source is not None and source.is_file() and _gguf_cache(source) == entry):
             shutil.rmtree(entry, ignore_errors=True)
 
     def written(tmp: Path) -> None:
@@ -276,9 +298,10 @@ def _gguf_metadata(gguf: Path) -> tuple[Path, GGUFHeader]:
     (written once, seconds; the native backend reads the weights from the file itself), and the
     file's header, checked."""
     header = check_gguf(gguf)  # untrusted input: checked before any reader or kernel sees it
+    cached = _cached_gguf_entry(gguf, "config.json")
+    if cached is not None:
+        return cached, header
     target = _gguf_cache(gguf)
-    if (target / "config.json").is_file():
-        return target, header
     from transformers import AutoConfig, AutoTokenizer, TokenizersBackend
 
     try:
@@ -313,9 +336,10 @@ def _gguf_metadata(gguf: Path) -> tuple[Path, GGUFHeader]:
 def _converted_gguf(gguf: Path) -> Path:
     """The GGUF file dequantized once into a safetensors model directory, for transformers (the
     transformers backend and bench's transformers peers); returns that directory."""
+    cached = _cached_gguf_entry(gguf, "model.safetensors")
+    if cached is not None:
+        return cached
     target = _gguf_cache(gguf)
-    if (target / "model.safetensors").is_file():
-        return target
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     logging.getLogger("specdecode").warning("converting %s once for transformers (cached in %s)",
