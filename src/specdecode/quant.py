@@ -44,6 +44,7 @@ FORMATS = {
     "Q5_K": Format(176, SUPER, 5, (("d", "float16", 1), ("dmin", "float16", 1),
                                    ("sc", "uint8", 8), ("mn", "uint8", 8))),
     "Q6_K": Format(210, SUPER, 6, (("d", "float16", 1), ("sc", "int8", 16))),
+    "Q3_K": Format(110, SUPER, 3, (("d", "float16", 1), ("sc", "int8", 16))),
 }
 
 
@@ -110,8 +111,8 @@ class Decoded:
             D = d * f["sc"].astype(np.float32)  # [O, supers, 8]
             w0 = -(f["dmin"].astype(np.float32) * f["mn"].astype(np.float32))
             w = D.reshape(O, -1, 1) * u + w0.reshape(O, -1, 1)
-        elif self.qtype == "Q6_K":
-            w = (d * f["sc"].astype(np.float32)).reshape(O, -1, 1) * (u - 32)
+        elif self.qtype in ("Q6_K", "Q3_K"):
+            w = (d * f["sc"].astype(np.float32)).reshape(O, -1, 1) * (u - OFFSETS[self.qtype])
         elif "m" in f:
             w = d * u + f["m"].astype(np.float32)
         else:
@@ -119,10 +120,11 @@ class Decoded:
         return w.reshape(O, I)
 
     def per_scale(self) -> int:
-        return 16 if self.qtype == "Q6_K" else BLOCK
+        return 16 if self.qtype in ("Q6_K", "Q3_K") else BLOCK
 
 
-OFFSETS = {"Q8_0": 128, "Q4_0": 8, "Q5_0": 16}  # u = the stored signed value + this
+# u = the stored signed value + this
+OFFSETS = {"Q8_0": 128, "Q4_0": 8, "Q5_0": 16, "Q6_K": 32, "Q3_K": 4}
 
 
 def decode(t: QuantTensor) -> Decoded:
@@ -163,6 +165,13 @@ def decode(t: QuantTensor) -> Decoded:
         if name == "Q5_K":  # bit s of qh[l]: the fifth bit of value l of sub-block s
             qh = take(16, 32)[:, :, None, :] >> np.arange(8, dtype=np.uint8)[:, None]
             u = u | ((qh & 1) << 4).reshape(u.shape)
+    elif name == "Q3_K":  # hmask[32], qs[64], scales[12], d
+        fields["d"], fields["sc"] = take(108, 2, "float16"), q3_scales(take(96, 12))
+        # value 128 c + 32 i + l: bits 2i, 2i + 1 of qs[32 c + l], and bit 2 from bit
+        # 4 c + i of hmask[l] (gguf stores it set where the value is not offset by -4)
+        ql = take(32, 64).reshape(O, -1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[:, None]
+        qh = take(0, 32).reshape(O, -1, 1, 32) >> np.arange(8, dtype=np.uint8)[:, None]
+        u = (ql & 3).reshape(O, -1, SUPER) | ((qh & 1) << 2).reshape(O, -1, SUPER)
     else:  # Q6_K: ql[128], qh[64], sc[16], d
         fields["d"], fields["sc"] = take(208, 2, "float16"), take(192, 16, "int8")
         ql = take(0, 128).reshape(O, -1, 2, 1, 64) >> np.array([0, 4], np.uint8)[:, None]
@@ -170,6 +179,16 @@ def decode(t: QuantTensor) -> Decoded:
         # per half of 128: low nibbles of ql[0:64], then high; bits 4, 5 from qh pair by pair
         u = (ql & 15).reshape(O, -1, 2, 4, 32) | ((qh & 3) << 4)
     return Decoded(name, u.reshape(O, I).astype(np.uint8), fields)
+
+
+def q3_scales(scales: np.ndarray) -> np.ndarray:
+    """Q3_K's 12 bytes of sixteen 6-bit scales -> sc [..., 16] int8 (the stored value - 32):
+    scale s has its low 4 bits in byte s % 8 (from bit 4 (s // 8)), its top 2 in byte
+    8 + s % 4 (from bit 2 (s // 4))."""
+    s = scales.astype(np.uint8)
+    low = np.concatenate([s[..., 0:8] & 15, s[..., 0:8] >> 4], axis=-1)
+    high = np.concatenate([(s[..., 8:12] >> (2 * i)) & 3 for i in range(4)], axis=-1)
+    return ((low | (high << 4)).astype(np.int16) - 32).astype(np.int8)
 
 
 def k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -240,6 +259,8 @@ def random_blocks(qtype: str, rows: int, columns: int, rng: np.random.Generator,
     elif qtype == "Q6_K":  # sc signed bytes: keep them small and positive
         blocks[..., 192:208] = rng.integers(1, 32, (*size, 16), dtype=np.uint8)
         put(208, rng.uniform(0.5, 1.5, size) * unit / 16)
+    elif qtype == "Q3_K":  # random 6-bit scales (-32..31): d of a 32nd of the range
+        put(108, rng.uniform(0.5, 1.5, size) * unit / 32)
     else:
         put(0, rng.uniform(0.5, 1.5, size) * unit)
         if qtype.endswith("_1"):

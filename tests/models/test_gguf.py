@@ -66,12 +66,13 @@ def test_gguf_matrices_stay_in_their_formats_within_x_rounding_of_the_fp32_numbe
     torch.testing.assert_close(quantized, reference, atol=0.03 * reference.abs().max(), rtol=0)
 
 
-def test_a_q4_k_m_mix_loads_in_its_own_formats_within_x_rounding_of_the_fp32_numbers(
-        tmp_path_factory, default_model):
-    path = write_random_gguf(tmp_path_factory.mktemp("gguf") / "k_m.gguf", layers=8, hidden=256,
-                             heads=4, kv_heads=2, intermediate=512, qtype="Q4_K_M", context=256)
+@pytest.mark.parametrize("qtype, weights", [("Q4_K_M", "Q4_K+Q6_K"), ("Q3_K", "Q3_K+Q8_0")])
+def test_a_k_format_file_loads_in_its_own_formats_within_x_rounding_of_the_fp32_numbers(
+        tmp_path_factory, default_model, qtype, weights):
+    path = write_random_gguf(tmp_path_factory.mktemp("gguf") / "k.gguf", layers=8, hidden=256,
+                             heads=4, kv_heads=2, intermediate=512, qtype=qtype, context=256)
     native = load_model(str(path))
-    assert native.backend == "native" and native.weights == "Q4_K+Q6_K"
+    assert native.backend == "native" and native.weights == weights
     reference = logits(load_model(str(path), dtype="float32"))
     torch.testing.assert_close(logits(native), reference, atol=0.03 * reference.abs().max(),
                                rtol=0)

@@ -123,6 +123,11 @@ def _pack_panels(t: QuantTensor, lanes: int) -> np.ndarray:
     shifts = np.arange(4, dtype=np.uint8)[:, None, None]  # by g
     if fmt.bits == 8:  # vector 2 g + half: whole bytes
         vectors = [u.transpose(0, 1, 2, 4, 3, 5, 6)]
+    elif fmt.bits == 3:  # the low two bits of lo, then of hi, at bits 2 g, 2 g + 1; the third
+        # bits as the 5-bit formats keep their fifth
+        vectors = [_or_over_groups((half & 3) << (2 * shifts)) for half in (lo, hi)]
+        vectors.append(_or_over_groups((((lo >> 2) & 1) << shifts)
+                                       | (((hi >> 2) & 1) << (shifts + 4))))
     else:
         vectors = [(lo & 15) | ((hi & 15) << 4)]
         if fmt.bits == 5:  # byte j: the fifth bits of lo at bit g, of hi at bit 4 + g

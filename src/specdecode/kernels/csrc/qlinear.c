@@ -19,6 +19,7 @@
  *   Q4_K  4            D = d sc    w0 = -dmin mn      (sc, mn: 6-bit integers per 32)
  *   Q5_K  5            as Q4_K
  *   Q6_K  6            D = d sc    w0 = -32 d sc      (sc: a signed byte per 16)
+ *   Q3_K  3            D = d sc    w0 = -4 d sc       (sc: a signed 6-bit integer per 16)
  * A w0 that is an integer multiple of D (the "offset" below) is taken off the integer sum.
  *
  * Packed layout (kernels/native.py makes it): per panel of VL output rows and per super-block
@@ -28,10 +29,13 @@
  *     bytes, u[4g + j] in vector 2g and u[16 + 4g + j] in vector 2g + 1);
  *   5 bits: one vector of fifth bits, byte j of lane i holding that of u[4g + j] at bit g and
  *     that of u[16 + 4g + j] at bit 4 + g;
- *   6 bits: two vectors of the top two bits, of u[4g + j] and of u[16 + 4g + j], at bits 2g, 2g+1.
+ *   6 bits: two vectors of the top two bits, of u[4g + j] and of u[16 + 4g + j], at bits 2g, 2g+1;
+ *   3 bits: instead of the 4 vectors of low nibbles, two of the low two bits, of u[4g + j] and
+ *     of u[16 + 4g + j], at bits 2g, 2g + 1, then one vector of the third bits as the 5-bit
+ *     formats keep their fifth (bit g, bit 4 + g).
  * A lane's 4 bytes are then 4 consecutive k of one output row, and vdot4 takes x's 4 bytes
  * broadcast. Headers, VL numbers each: d (fp16); Q4_1, Q5_1: m (fp16); K formats: d, dmin
- * (fp16), sc[8], mn[8] (bytes); Q6_K: d (fp16), sc[16] (signed bytes).
+ * (fp16), sc[8], mn[8] (bytes); Q6_K, Q3_K: d (fp16), sc[16] (signed bytes).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -40,14 +44,18 @@
 #include "simd.h"
 #include "threads.h"
 
-enum format { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, FORMATS };
-static const char *const FORMAT_NAMES[FORMATS] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0",
-                                                  "Q5_1", "Q4_K", "Q5_K", "Q6_K"};
+/* the K formats (256 values a super-block) from Q4_K on */
+enum format { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, FORMATS };
+static const char *const FORMAT_NAMES[FORMATS] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                                                  "Q4_K", "Q5_K", "Q6_K", "Q3_K"};
 #define BLOCK 32 /* values of x per scale dx, and of w per D */
 
 /* a format's facts (constants once the format is) */
 ALWAYS_INLINE int bits(int f) {
-    return f == Q8_0 ? 8 : f == Q6_K ? 6 : f == Q5_0 || f == Q5_1 || f == Q5_K ? 5 : 4;
+    return f == Q8_0  ? 8
+           : f == Q6_K ? 6
+           : f == Q3_K ? 3
+           : f == Q5_0 || f == Q5_1 || f == Q5_K ? 5 : 4;
 }
 ALWAYS_INLINE int blocks_per_super(int f) { return f >= Q4_K ? 8 : 1; }
 #ifdef VDOT4_CENTERED /* the instruction set dots Q8_0's (u - 128) x directly */
@@ -56,13 +64,17 @@ ALWAYS_INLINE int blocks_per_super(int f) { return f >= Q4_K ? 8 : 1; }
 #define Q8_OFFSET 128
 #endif
 ALWAYS_INLINE int offset(int f) {
-    return f == Q8_0 ? Q8_OFFSET : f == Q4_0 ? 8 : f == Q5_0 ? 16 : f == Q6_K ? 32 : 0;
+    return f == Q8_0   ? Q8_OFFSET
+           : f == Q4_0 ? 8
+           : f == Q5_0 ? 16
+           : f == Q6_K ? 32
+           : f == Q3_K ? 4 : 0;
 }
 ALWAYS_INLINE int has_w0(int f) { return f == Q4_1 || f == Q5_1 || f == Q4_K || f == Q5_K; }
-ALWAYS_INLINE int halves(int f) { return f == Q6_K ? 2 : 1; } /* scales D per block of 32 */
+ALWAYS_INLINE int halves(int f) { return f == Q6_K || f == Q3_K ? 2 : 1; } /* D per block of 32 */
 /* bytes per lane: a super-block's header, a block's quants */
 ALWAYS_INLINE int header_bytes(int f) {
-    return f == Q4_K || f == Q5_K ? 20 : f == Q6_K ? 18 : has_w0(f) ? 4 : 2;
+    return f == Q4_K || f == Q5_K ? 20 : f == Q6_K || f == Q3_K ? 18 : has_w0(f) ? 4 : 2;
 }
 ALWAYS_INLINE int payload_bytes(int f) { return bits(f) == 8 ? 32 : 16 + 4 * (bits(f) - 4); }
 ALWAYS_INLINE int64_t super_bytes(int f) {
@@ -85,7 +97,7 @@ ALWAYS_INLINE void scales_of(const int f, const uint8_t *s, int64_t j, vf d, vf 
     if (f == Q4_K || f == Q5_K) {
         D[0] = D[1] = vmul(d, vload_u8(s + (4 + j) * VL));
         *w0 = vsub(vzero(), vmul(m, vload_u8(s + (12 + j) * VL)));
-    } else if (f == Q6_K) {
+    } else if (f == Q6_K || f == Q3_K) {
         D[0] = vmul(d, vload_s8((const int8_t *)s + (2 + 2 * j) * VL));
         D[1] = vmul(d, vload_s8((const int8_t *)s + (3 + 2 * j) * VL));
         *w0 = m;
@@ -105,6 +117,14 @@ ALWAYS_INLINE void group(const int f, const uint8_t *b, const int g, vi *lo, vi 
     if (bits(f) == 8) {
         *lo = viload(b + 2 * g * vector);
         *hi = viload(b + (2 * g + 1) * vector);
+        return;
+    }
+    if (bits(f) == 3) {
+        const vi low2 = vbytes(3), third = viload(b + 2 * vector), bit2 = vbytes(4);
+        *lo = vi_or(vi_and(shift_bits(viload(b), -2 * g), low2),
+                    vi_and(shift_bits(third, 2 - g), bit2));
+        *hi = vi_or(vi_and(shift_bits(viload(b + vector), -2 * g), low2),
+                    vi_and(shift_bits(third, -2 - g), bit2));
         return;
     }
     const vi nibbles = viload(b + g * vector), low4 = vbytes(15);
@@ -458,8 +478,9 @@ ALWAYS_INLINE void qlinear_share(const struct qlinear_job *job, int thread, int 
 #define TASK(F) \
     static void task_##F(void *job, int thread, int threads) { qlinear_share(job, thread, threads, F); }
 TASK(Q8_0) TASK(Q4_0) TASK(Q4_1) TASK(Q5_0) TASK(Q5_1) TASK(Q4_K) TASK(Q5_K) TASK(Q6_K)
-static const task_fn TASKS[FORMATS] = {task_Q8_0, task_Q4_0, task_Q4_1, task_Q5_0,
-                                       task_Q5_1, task_Q4_K, task_Q5_K, task_Q6_K};
+TASK(Q3_K)
+static const task_fn TASKS[FORMATS] = {task_Q8_0, task_Q4_0, task_Q4_1, task_Q5_0, task_Q5_1,
+                                       task_Q4_K, task_Q5_K, task_Q6_K, task_Q3_K};
 
 #ifdef SPECDECODE_AMX
 #include "isa/amx.h" /* amx_linear: the same products in matrix tiles, for calls of many rows */

@@ -7,8 +7,8 @@
  * as signed bytes in the layout the packing already has (4 consecutive k per lane: B's row g is
  * the unpacked vector of group g), tile C the AMX_ROWS x VL sums. Weights are centred on the way
  * into B (u - offset: Q8_0's u - 128 is its signed q, the 4/5/6-bit u - 8/16/32 stay within a
- * byte), which is exactly what the vector tile takes off afterwards. Q6_K's two scales per block
- * take two products of 16 k each.
+ * byte), which is exactly what the vector tile takes off afterwards. Q6_K's and Q3_K's two scales
+ * per block take two products of 16 k each.
  *
  * The integer sums are the vector tile's exactly (integers have no order to change) and the fp32
  * steps after them are the same operations in the same order, so every row's result is bitwise
@@ -188,10 +188,10 @@ ALWAYS_INLINE void amx_share(struct amx_job *job, int thread, int threads, const
         amx_share(job, thread, threads, F); \
     }
 AMX_TASK(Q8_0) AMX_TASK(Q4_0) AMX_TASK(Q4_1) AMX_TASK(Q5_0) AMX_TASK(Q5_1) AMX_TASK(Q4_K)
-AMX_TASK(Q5_K) AMX_TASK(Q6_K)
+AMX_TASK(Q5_K) AMX_TASK(Q6_K) AMX_TASK(Q3_K)
 static const task_fn AMX_TASKS[FORMATS] = {amx_task_Q8_0, amx_task_Q4_0, amx_task_Q4_1,
                                            amx_task_Q5_0, amx_task_Q5_1, amx_task_Q4_K,
-                                           amx_task_Q5_K, amx_task_Q6_K};
+                                           amx_task_Q5_K, amx_task_Q6_K, amx_task_Q3_K};
 
 /* linear_quant in matrix tiles */
 static int amx_linear(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,
