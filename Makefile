@@ -62,7 +62,7 @@ $(PEERS_DIR)/build/bin/llama-completion: | $(STAMP)
 run: setup models
 	.venv/bin/specdecode generate --model qwen2.5-coder-1.5b --compare --max-new-tokens 192 \
 	  "Write a Python function that parses a log file where each line looks like '2026-12-03 08:15:02 ERROR disk full' and returns a dict mapping each level (INFO, WARNING, ERROR) to the number of lines with it. Include a docstring and a short example of its use."
-	@echo "One prompt is one sample. Over code and math prompts outside Spec-Bench, draft ran 1.58-1.61x plain decoding on 2 Intel Xeon (avx512amx) cores and 1.31-1.43x on 2 AMD EPYC Zen 4 cores, identical greedy output on every prompt (BENCHMARKS.md)."
+	@echo "One prompt is one sample. Over code and math prompts outside Spec-Bench, draft ran 1.50-1.61x plain decoding on 2 Intel Xeon (avx512amx) cores and 1.31-1.43x on 2 AMD EPYC Zen 4 cores, identical greedy output on every prompt (BENCHMARKS.md)."
 
 test: $(TEST_STAMP) models
 	$(PY) -m pytest -q -rs
