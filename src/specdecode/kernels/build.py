@@ -6,7 +6,8 @@ it predefines for the host CPU, such as `__AVX512F__`, `__AVX2__` or `__ARM_NEON
 asked of the OS, which must grant a process the tiles' register state. Each path is
 then compiled with the flags of its own instruction set only, so that `avx2` built on an AVX-512
 machine is what an AVX2-only machine runs. Libraries are cached under `cache_dir()/kernels`,
-keyed by the sources, the compiler and the flags. `SPECDECODE_CFLAGS` adds flags to every
+keyed by the sources, the compiler and the flags; building one removes those no build has used
+for 30 days (`UNUSED_DAYS`). `SPECDECODE_CFLAGS` adds flags to every
 build (CI's sanitizer job: `-fsanitize=address,undefined`), keyed like the rest.
 
 The exported functions and their ctypes signatures come from one header, `csrc/kernels.h`.
@@ -23,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ..storage import cache_dir
@@ -122,6 +124,7 @@ def build(path: str, cc: str, openmp: bool = True) -> Path:
         library = cache_dir() / "kernels" / f"{path}-{key}.so"
         failed = library.with_suffix(".failed")
         if library.exists():
+            os.utime(library)  # its time is its last use (`_remove_unused`)
             return library
         if failed.exists():
             failures.append(failed.read_text().strip())
@@ -136,12 +139,29 @@ def build(path: str, cc: str, openmp: bool = True) -> Path:
             raise BuildError(str(exc)) from exc
         if result.returncode == 0:
             os.replace(partial, library)
+            _remove_unused(library.parent)
             return library
         lines = result.stderr.strip().splitlines()
         failures.append(lines[-1] if lines else f"exit code {result.returncode}")
         if threading:  # without OpenMP here: remember, the next start builds without it at once
             failed.write_text(failures[-1] + "\n")
     raise BuildError(failures[-1])
+
+
+UNUSED_DAYS = 30  # a library not used for this long is removed when another is built
+
+
+def _remove_unused(directory: Path) -> None:
+    """Remove the libraries (and failed-build markers) no build has used for UNUSED_DAYS: every
+    change of the sources, compiler or flags builds a new one (a 1 MB library a path and an
+    upgrade), and another checkout or version may still use the recent ones."""
+    oldest = time.time() - UNUSED_DAYS * 86400
+    for entry in [*directory.glob("*.so"), *directory.glob("*.failed")]:
+        try:
+            if entry.stat().st_mtime < oldest:
+                entry.unlink()
+        except OSError:  # another process removed it first
+            pass
 
 
 def build_id(library: Path) -> str:
