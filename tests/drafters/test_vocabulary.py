@@ -7,7 +7,14 @@ import pytest
 import torch
 
 from specdecode.errors import VocabularyMismatchError
-from specdecode.drafters.vocabulary import proposable_ids
+from specdecode.drafters.vocabulary import cut_vocabulary, shared_ids
+
+
+def proposable_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_rows: int,
+                   keep: int = 0) -> torch.Tensor | None:
+    """What `draft` proposes: the shared ids, cut to `keep` (None: every drafter row)."""
+    return cut_vocabulary(shared_ids(target_tokenizer, draft_tokenizer, draft_rows, target_rows),
+                          keep, draft_tokenizer, draft_rows)
 
 
 class Tokenizer:

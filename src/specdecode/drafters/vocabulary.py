@@ -27,16 +27,6 @@ import torch
 from ..errors import VocabularyMismatchError
 
 
-def proposable_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_rows: int,
-                   keep: int = 0) -> torch.Tensor | None:
-    """The ids [V'] (sorted) the drafter may propose: decoded alike by both tokenizers, below both
-    models' row counts, and, when `keep` > 0, the `keep` most frequent of them plus the special
-    tokens. None: every one of the drafter's rows (nothing to cut). VocabularyMismatchError when an
-    id names different tokens in the two."""
-    return cut_vocabulary(shared_ids(target_tokenizer, draft_tokenizer, draft_rows, target_rows),
-                          keep, draft_tokenizer, draft_rows)
-
-
 def shared_ids(target_tokenizer, draft_tokenizer, draft_rows: int, target_rows: int
                ) -> torch.Tensor:
     """Every id [V'] (sorted) both tokenizers decode alike below both models' row counts;
