@@ -125,6 +125,12 @@ class EmulatedLibrary:
         self._status()
         return struct.unpack("<q", self._receive(8))[0]
 
+    def kernel_read(self, data, nbytes: int, threads: int) -> int:
+        self._send(struct.pack("<i2q", 12, nbytes, threads)
+                   + (ctypes.string_at(data, nbytes) if nbytes > 0 else b""))
+        self._status()
+        return struct.unpack("<q", self._receive(8))[0]
+
     def attention(self, qkv, keys, values, capacity, starts, rows, masks, S, layer, cos, sin,
                   rope_rows, positions, out, H, G, d, window, scale, kv_f16, threads) -> int:
         """Ships the layer's part of each cache; the driver runs it as a one-layer cache."""

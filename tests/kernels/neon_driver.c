@@ -68,6 +68,13 @@ int main(void) {
             int64_t macs = kernel_peak(iterations, (int)threads);
             put(&status, sizeof status);
             put(&macs, sizeof macs);
+        } else if (op == 12) { /* kernel_read: bytes threads; the bytes -> status 0, the sum */
+            int64_t bytes = size(), threads = size();
+            uint8_t *data = read_array(bytes > 0 ? (size_t)bytes : 0);
+            int64_t sum = kernel_read(data, bytes, (int)threads);
+            put(&status, sizeof status);
+            put(&sum, sizeof sum);
+            free(data);
         } else if (op == 3) { /* attention: S H G d kv_f16 threads shipped rope_rows T window
                                  scale(float), then per sequence start rows capacity has_mask;
                                  qkv, per sequence the layer's keys values [mask], the shipped

@@ -139,6 +139,11 @@ class Kernels(Protocol):
         registers, on every thread (about `seconds` of work); None where the path has none."""
         ...
 
+    def read_bandwidth(self, data: torch.Tensor) -> float | None:
+        """Bytes a second of this path's own loads streaming `data` (contiguous, a multiple of 4
+        bytes) on every thread, one timed pass; None where the path has no loop of its own."""
+        ...
+
 
 def runnable() -> list[str]:
     """The paths this machine can run, best first (torch always)."""

@@ -228,6 +228,15 @@ class CKernels:
             best = max(best, macs / (time.perf_counter() - started))
         return best
 
+    def read_bandwidth(self, data: torch.Tensor) -> float:
+        """`kernel_read` (csrc/peak.c) over `data` (contiguous, a multiple of 4 bytes, far larger
+        than the caches), timed after one untimed pass: bytes a second."""
+        nbytes, threads = data.numel() * data.element_size(), torch.get_num_threads()
+        self._library.kernel_read(data.data_ptr(), nbytes, threads)
+        started = time.perf_counter()
+        self._library.kernel_read(data.data_ptr(), nbytes, threads)
+        return nbytes / (time.perf_counter() - started)
+
     def stack(self, shape: StackShape, layers: Sequence[DecoderLayer]) -> Stack | None:
         """The decoder layers for `decoder_layers` (their weights' addresses, kernels.h). None
         where the library has no `decoder_layers` (the emulated neon driver of the tests) and

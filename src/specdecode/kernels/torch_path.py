@@ -115,6 +115,9 @@ class TorchKernels:
     def instruction_peak(self, seconds: float = 0.2) -> None:
         return None  # torch picks its own instructions
 
+    def read_bandwidth(self, data: torch.Tensor) -> None:
+        return None  # torch's own read is the floor's other measure
+
     def attention_inputs(self, caches: Sequence[CacheRows]) -> Sequence[CacheRows]:
         return caches
 

@@ -15,7 +15,8 @@ def test_floor_prints_both_floors_and_where_each_step_stands(capsys, tiny_real_v
     assert main(["bench", "--floor", "--model", str(tiny_real_vocab_model)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"\((native, float32, )?\w+ kernels \(", out.splitlines()[0])
-    assert re.search(r"bandwidth floor: [\d.]+ GB/s .* weights [\d.]+ MB -> [\d.]+ ms/step", out)
+    assert re.search(r"bandwidth floor: [\d.]+ GB/s \(streaming read: (torch's sum|\w+ kernels' "
+                     r"loads)\), .* weights [\d.]+ MB -> [\d.]+ ms/step", out)
     steps = re.findall(r"step over +(\d+) new tokens: +[\d.]+ ms = ([\d.]+)x a 1-token step; "
                        r"arithmetic floor ([\d.]+) ms \(peak GMAC/s: float32 \d+\); "
                        r"[\d.]+x the larger floor \((bandwidth|arithmetic)\)", out)

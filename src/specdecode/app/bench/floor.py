@@ -38,13 +38,28 @@ def _median_seconds(fn, repeats: int, statistic=statistics.median) -> float:
     return statistic(times)
 
 
-def measure_bandwidth(megabytes: int = 512, repeats: int = 7) -> float:
-    """Bytes per second of a streaming read (a sum over `megabytes` of fp32, far beyond the
-    caches): the strictest floor, since no kernel reads weights faster than memory delivers
-    them."""
+def measure_bandwidth(kernels, megabytes: int = 512, repeats: int = 7) -> tuple[float, str]:
+    """Bytes per second of a streaming read of `megabytes`, far beyond the caches, and what read
+    them: the faster of torch's sum and the kernels' own loads (`Kernels.read_bandwidth`), each
+    the median of `repeats` passes, in turns. The faster one, since the floor is meant to be
+    strict: no kernel reads weights faster than memory delivers them (torch's sum read 5-20%
+    slower than the kernels' loop on one host, and slower than the 1.5B's largest matrix call:
+    BENCHMARKS.md)."""
     data = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32)
-    seconds = _median_seconds(data.sum, repeats)
-    return data.numel() * data.element_size() / seconds
+    nbytes = data.numel() * data.element_size()
+    data.sum()  # first touch of the pages
+    summed, loaded = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        data.sum()
+        summed.append(nbytes / (time.perf_counter() - started))
+        rate = kernels.read_bandwidth(data)
+        if rate is not None:
+            loaded.append(rate)
+    torch_rate = statistics.median(summed)
+    if loaded and statistics.median(loaded) > torch_rate:
+        return statistics.median(loaded), f"{kernels.name} kernels' loads"
+    return torch_rate, "torch's sum"
 
 
 def resident_mb() -> float:
@@ -154,15 +169,15 @@ def peer_lines(model: LoadedModel, one_step: float, prefill_rate: float) -> list
 def floor_report(model: LoadedModel, sizes=(1, 4, 8, 16)) -> str:
     """The step's weight bytes, its bandwidth and arithmetic floors, and measured steps between
     them."""
-    bandwidth = measure_bandwidth()
+    kernels = model.target.kernels
+    bandwidth, reader = measure_bandwidth(kernels)
     nbytes = model.target.weight_bytes()
     floor = nbytes / bandwidth
-    kernels = model.target.kernels
     peak = kernels.instruction_peak()
     macs = sum(weights for _, weights in matrix_parts(model))  # of a one-token step
     seconds = step_seconds(model.target, sizes)
     one = seconds[sizes[0]]
-    lines = [f"bandwidth floor: {bandwidth / 1e9:.1f} GB/s (streaming read), {model.weights} "
+    lines = [f"bandwidth floor: {bandwidth / 1e9:.1f} GB/s (streaming read: {reader}), {model.weights} "
              f"weights {nbytes / 1e6:.0f} MB -> {floor * 1e3:.2f} ms/step"]
     if peak:
         lines.append(f"instruction peak ({kernels.name}, {torch.get_num_threads()} threads): "

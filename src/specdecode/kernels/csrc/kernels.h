@@ -41,6 +41,10 @@ const char *kernel_format(int format);
  * each of `threads` threads, touching no memory, and returns the multiply-adds done (0 for bad
  * arguments): the caller's clock over it is the path's instruction peak (peak.c). */
 int64_t kernel_peak(int64_t iterations, int threads);
+/* Reads the `bytes` at data (a multiple of 4) on `threads` threads, each its share in order, and
+ * returns the sum of its 32-bit words modulo 2^32 (-1 for bad arguments): the caller's clock over
+ * a buffer far larger than the caches is the path's read peak, the bandwidth floor (peak.c). */
+int64_t kernel_read(const uint8_t *data, int64_t bytes, int threads);
 
 /* Rotary embedding, KV-cache write and softmax attention of decoder layer `layer` for the new
  * rows of S sequences, each against its own cache. qkv: [T, (H + 2 G) d], T = the sum of

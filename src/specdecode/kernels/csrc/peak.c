@@ -1,4 +1,11 @@
-/* The instruction peak of this path: `vdot4`, the block formats' integer dot product (simd.h), in
+/* The two peaks of this path that `bench --floor` measures a step against.
+ *
+ * The read peak: every thread streams its share of a buffer far larger than the caches, with
+ * the kernels' own loads and L2 prefetches, so the bandwidth floor is what memory delivers to
+ * code like ours (torch's sum reads 5-20% slower on some hosts, and a floor the kernels beat is no
+ * floor: BENCHMARKS.md).
+ *
+ * The instruction peak: `vdot4`, the block formats' integer dot product (simd.h), in
  * a loop that touches no memory, on every thread; where the kernels sum byte pairs in 16 bits
  * before widening (VDOT_PAIRS16), that cheaper form: `vdot2_16` and `vadd16`. `bench --floor`
  * divides a step's multiply-adds by it, so the gap between a kernel and the most its
@@ -73,4 +80,54 @@ int64_t kernel_peak(int64_t iterations, int threads) {
     struct peak_job job = {.iterations = iterations, .seed = (int32_t)(iterations * 2654435761u)};
     run_parallel(threads, peak_task, &job);
     return iterations * CHAINS * 4 * VL * threads; /* multiply-adds: a vdot4 is VL lanes of 4 */
+}
+
+/* how far ahead of its loads a reading thread asks for lines into L2 (the kernels ask for the next
+ * panel group; 4 KB read fastest of 0 / 4 / 16 KB on the hosts measured) */
+#define READ_AHEAD 4096
+#define READ_VECTORS 4 /* independent sums a round: loads are not held up by one add chain */
+
+struct read_job {
+    const uint8_t *data;
+    int64_t rounds;         /* of READ_VECTORS vectors; the words after them are thread 0's */
+    int64_t words;          /* int32 words in all */
+    int64_t bytes;
+    uint32_t sums[256];     /* one per thread */
+};
+
+static void read_task(void *context, int thread, int threads) {
+    struct read_job *job = context;
+    const int64_t round_bytes = (int64_t)READ_VECTORS * VL * 4;
+    long long begin, end;
+    share(job->rounds, thread, threads, &begin, &end);
+    vi a0 = viset1(0), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t r = begin; r < end; r++) {
+        const uint8_t *p = job->data + r * round_bytes;
+        if (r * round_bytes + READ_AHEAD < job->bytes) __builtin_prefetch(p + READ_AHEAD, 0, 2);
+        a0 = viadd(a0, viload(p));
+        a1 = viadd(a1, viload(p + VL * 4));
+        a2 = viadd(a2, viload(p + 2 * VL * 4));
+        a3 = viadd(a3, viload(p + 3 * VL * 4));
+    }
+    const vi all[READ_VECTORS] = {a0, a1, a2, a3};
+    uint32_t lanes[VL * READ_VECTORS], sum = 0;
+    memcpy(lanes, all, sizeof lanes);
+    for (int l = 0; l < VL * READ_VECTORS; l++) sum += lanes[l];
+    if (thread == 0) /* the words that fill no round */
+        for (int64_t w = job->rounds * READ_VECTORS * VL; w < job->words; w++) {
+            uint32_t word;
+            memcpy(&word, job->data + 4 * w, sizeof word);
+            sum += word;
+        }
+    job->sums[thread] = sum;
+}
+
+int64_t kernel_read(const uint8_t *data, int64_t bytes, int threads) {
+    if (bytes < 0 || bytes % 4 || threads < 1 || threads > 256) return -1;
+    struct read_job job = {.data = data, .rounds = bytes / (READ_VECTORS * VL * 4),
+                           .words = bytes / 4, .bytes = bytes};
+    run_parallel(threads, read_task, &job);
+    uint32_t sum = 0;
+    for (int t = 0; t < threads; t++) sum += job.sums[t];
+    return sum;
 }

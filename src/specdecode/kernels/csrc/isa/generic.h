@@ -95,9 +95,9 @@ static inline vi visub(vi a, vi b) {
     for (int i = 0; i < VL; i++) r.lane[i] = a.lane[i] - b.lane[i];
     return r;
 }
-static inline vi viadd(vi a, vi b) {
+static inline vi viadd(vi a, vi b) { /* wrapping, as the vector instructions add */
     vi r;
-    for (int i = 0; i < VL; i++) r.lane[i] = a.lane[i] + b.lane[i];
+    for (int i = 0; i < VL; i++) r.lane[i] = (int32_t)((uint32_t)a.lane[i] + (uint32_t)b.lane[i]);
     return r;
 }
 static inline vf vcvt(vi a) { LANEWISE((float)a.lane[i]); }
