@@ -23,6 +23,7 @@ import torch
 
 from ...core.engine import PREFILL_CHUNK
 from ...errors import SpecDecodeError
+from ...kernels import Kernels
 from ...models import LoadedModel
 from ...quant import QuantTensor, panel_bytes, random_blocks
 from ...timing import step_seconds
@@ -38,7 +39,8 @@ def _median_seconds(fn, repeats: int, statistic=statistics.median) -> float:
     return statistic(times)
 
 
-def measure_bandwidth(kernels, megabytes: int = 512, repeats: int = 7) -> tuple[float, str]:
+def measure_bandwidth(kernels: Kernels, megabytes: int = 512,
+                      repeats: int = 7) -> tuple[float, str]:
     """Bytes per second of a streaming read of `megabytes`, far beyond the caches, and what read
     them: the faster of torch's sum and the kernels' own loads (`Kernels.read_bandwidth`), each
     the median of `repeats` passes, in turns. The faster one, since the floor is meant to be
@@ -177,8 +179,8 @@ def floor_report(model: LoadedModel, sizes=(1, 4, 8, 16)) -> str:
     macs = sum(weights for _, weights in matrix_parts(model))  # of a one-token step
     seconds = step_seconds(model.target, sizes)
     one = seconds[sizes[0]]
-    lines = [f"bandwidth floor: {bandwidth / 1e9:.1f} GB/s (streaming read: {reader}), {model.weights} "
-             f"weights {nbytes / 1e6:.0f} MB -> {floor * 1e3:.2f} ms/step"]
+    lines = [f"bandwidth floor: {bandwidth / 1e9:.1f} GB/s (streaming read: {reader}), "
+             f"{model.weights} weights {nbytes / 1e6:.0f} MB -> {floor * 1e3:.2f} ms/step"]
     if peak:
         lines.append(f"instruction peak ({kernels.name}, {torch.get_num_threads()} threads): "
                      f"{peak / 1e9:.0f} GMAC/s; a one-token step has {macs / 1e9:.2f} G "
