@@ -140,8 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--load", metavar="N1,N2,...",
                    help="instead of the table: the server under N concurrent streaming clients "
                         "for each N (e.g. 1,2,4,8,16), for each --load-modes server: aggregate "
-                        "and per-request tokens/s, time to first token, inter-token latency "
-                        "(load.md, load.json, load.png in --out)")
+                        "and per-request tokens/s, time to first token, inter-token latency, "
+                        "answers the same as one at a time's (load.md, load.json, load.png in "
+                        "--out)")
     b.add_argument("--load-modes",
                    help="servers for --load: 'one at a time' (no batching), adaptive, always, "
                         "off (speculation in a batch; default: all four)")

@@ -7,8 +7,10 @@ clients stream chat completions of Spec-Bench's first turns (greedy) back to bac
 requests (at least 4) have finished, in --repeats rounds. Reported per mode and N: aggregate
 tokens per second (all completion tokens over the level's wall time, the median round), per-request
 tokens per second, time to first token and inter-token latency ((last - first token time) /
-(tokens - 1) of each request), medians and 95th percentiles. The clients run in this process
-(asyncio, no model loaded); the server in its own, as in use.
+(tokens - 1) of each request), medians and 95th percentiles, and how many answers are the same
+text as one at a time gives for their prompt (greedy: batching and speculation must not change
+an answer). The clients run in this process (asyncio, no model loaded); the server in its own, as
+in use.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class Timing:
     first: float  # the first streamed token
     last: float  # the last streamed token
     done: float  # the end of the response
+    prompt: str = ""  # what was asked
+    text: str = ""  # the answer, as streamed
 
     @property
     def tokens_per_second(self) -> float:
@@ -60,7 +64,7 @@ class Timing:
 async def _stream(client, body: dict) -> Timing:
     started = time.perf_counter()
     first = last = None
-    tokens = 0
+    tokens, text = 0, []
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
         if r.status_code != 200:
             await r.aread()
@@ -73,12 +77,13 @@ async def _stream(client, body: dict) -> Timing:
             if event.get("choices") and event["choices"][0]["delta"].get("content"):
                 first = now if first is None else first
                 last = now
+                text.append(event["choices"][0]["delta"]["content"])
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
     done = time.perf_counter() - started
     if first is None:
         first = last = done
-    return Timing(tokens, first, last, done)
+    return Timing(tokens, first, last, done, body["messages"][-1]["content"], "".join(text))
 
 
 async def _level(url: str, bodies: list[dict], concurrency: int) -> tuple[list[Timing], float]:
@@ -166,6 +171,20 @@ def summarize(rounds: list[tuple[list[Timing], float]]) -> dict:
             "itl_p95": round(_percentile(itl, 0.95) * 1000, 1)}
 
 
+def same_outputs(rounds: dict[tuple[str, int], list[tuple[list[Timing], float]]],
+                 reference: str) -> dict[tuple[str, int], int]:
+    """Per (mode, level): how many of its answers are the text that mode `reference` gave first
+    for the same prompt (a prompt `reference` never answered counts as the same)."""
+    first: dict[str, str] = {}
+    for (mode, _), measured in rounds.items():
+        if mode == reference:
+            for timings, _ in measured:
+                for t in timings:
+                    first.setdefault(t.prompt, t.text)
+    return {key: sum(first.get(t.prompt, t.text) == t.text for ts, _ in measured for t in ts)
+            for key, measured in rounds.items()}
+
+
 def run_load(args) -> int:
     """The `bench --load` command: every mode at every level; writes load.md, load.json and
     load.png to --out."""
@@ -207,8 +226,9 @@ def run_load(args) -> int:
                     for mode in modes:
                         rounds[mode, n].append(asyncio.run(_level(servers[mode].url, bodies, n)))
                         bar.update(count)
+        same = same_outputs(rounds, "one at a time" if "one at a time" in modes else modes[0])
         for (mode, n), measured in rounds.items():
-            results[mode][n] = summarize(measured)
+            results[mode][n] = summarize(measured) | {"same_output": same[mode, n]}
     finally:
         for server in servers.values():
             server.stop()
@@ -216,7 +236,8 @@ def run_load(args) -> int:
     info = {"model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
             "prompts": len(prompts), "levels": levels, "rounds": args.repeats,
             "cpu": machine["cpu"], "kernels": kernels, "commit": machine["commit"],
-            "date": machine["date"]}
+            "date": machine["date"], "reference": "one at a time" if "one at a time" in modes
+            else modes[0]}
     report = format_load(results, info)
     print(report)
     (out / "load.json").write_text(json.dumps({"info": info, "results": results}, indent=1))
@@ -239,14 +260,16 @@ def format_load(results: dict[str, dict[int, dict]], info: dict) -> str:
              f"machine: {info['cpu']}, server on {info['kernels']}; commit {info['commit']}; "
              f"{info['date']}", "",
              "| mode | clients | aggregate tok/s | × one at a time | per-request tok/s (p50) | "
-             "TTFT p50 / p95 s | ITL p50 / p95 ms |", "|---|---:|---:|---:|---:|---:|---:|"]
+             f"TTFT p50 / p95 s | ITL p50 / p95 ms | same answer as {info['reference']} |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for mode, by_level in results.items():
         for n, r in by_level.items():
             ratio = (f"{r['aggregate_tps'] / base[n]['aggregate_tps']:.2f}"
                      if n in base and base[n]["aggregate_tps"] else "-")
             lines.append(f"| {mode} | {n} | {r['aggregate_tps']} | {ratio} | "
                          f"{r['request_tps_p50']} | {r['ttft_p50']} / {r['ttft_p95']} | "
-                         f"{r['itl_p50']} / {r['itl_p95']} |")
+                         f"{r['itl_p50']} / {r['itl_p95']} | "
+                         f"{r.get('same_output', '-')}/{r['requests']} |")
     return "\n".join(lines)
 
 
