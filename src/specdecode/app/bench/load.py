@@ -196,6 +196,8 @@ def run_load(args) -> int:
     if unknown:
         raise InvalidParameterError(f"unknown load mode {unknown[0]!r} (choose from "
                                     f"{', '.join(MODES)})")
+    # what every answer is compared with
+    reference = "one at a time" if "one at a time" in modes else modes[0]
     questions = select(load_questions(args.questions), args.limit)
     prompts = [q["turns"][0] for q in questions]
     common = ["--model", args.model, "--dtype", args.dtype, "--max-queue",
@@ -226,7 +228,7 @@ def run_load(args) -> int:
                     for mode in modes:
                         rounds[mode, n].append(asyncio.run(_level(servers[mode].url, bodies, n)))
                         bar.update(count)
-        same = same_outputs(rounds, "one at a time" if "one at a time" in modes else modes[0])
+        same = same_outputs(rounds, reference)
         for (mode, n), measured in rounds.items():
             results[mode][n] = summarize(measured) | {"same_output": same[mode, n]}
     finally:
@@ -236,8 +238,7 @@ def run_load(args) -> int:
     info = {"model": args.model, "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
             "prompts": len(prompts), "levels": levels, "rounds": args.repeats,
             "cpu": machine["cpu"], "kernels": kernels, "commit": machine["commit"],
-            "date": machine["date"], "reference": "one at a time" if "one at a time" in modes
-            else modes[0]}
+            "date": machine["date"], "reference": reference}
     report = format_load(results, info)
     print(report)
     (out / "load.json").write_text(json.dumps({"info": info, "results": results}, indent=1))
