@@ -111,7 +111,7 @@ class Decoded:
             D = d * f["sc"].astype(np.float32)  # [O, supers, 8]
             w0 = -(f["dmin"].astype(np.float32) * f["mn"].astype(np.float32))
             w = D.reshape(O, -1, 1) * u + w0.reshape(O, -1, 1)
-        elif self.qtype in ("Q6_K", "Q3_K"):
+        elif self.per_scale() == 16:  # a signed scale per 16 values
             w = (d * f["sc"].astype(np.float32)).reshape(O, -1, 1) * (u - OFFSETS[self.qtype])
         elif "m" in f:
             w = d * u + f["m"].astype(np.float32)
@@ -120,6 +120,7 @@ class Decoded:
         return w.reshape(O, I)
 
     def per_scale(self) -> int:
+        """Values a scale D covers: Q6_K and Q3_K keep one per 16, the others one per block."""
         return 16 if self.qtype in ("Q6_K", "Q3_K") else BLOCK
 
 
