@@ -3,10 +3,40 @@
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 import transformers
+
+from specdecode.storage import cache_dir
+
+_SESSION_CACHE = pytest.StashKey[Path]()
+
+
+def pytest_configure(config) -> None:
+    """The session's cache: the user's compiled kernels, models and GGUF entries (slow to make,
+    the same for every run), but profiles of its own. Tests then neither read a profile the user
+    measured (`tune` would change which method a test's default picks) nor leave one behind (a
+    model in a test's temporary directory is a new profile every run). Set in the environment,
+    so the commands tests start in subprocesses use it too."""
+    user = cache_dir()
+    session = Path(tempfile.mkdtemp(prefix="specdecode-tests-"))
+    for shared in ("kernels", "models", "gguf", "llama.cpp"):
+        (user / shared).mkdir(parents=True, exist_ok=True)
+        (session / shared).symlink_to(user / shared, target_is_directory=True)
+    os.environ["SPECDECODE_CACHE"] = str(session)
+    config.stash[_SESSION_CACHE] = session
+
+
+def pytest_unconfigure(config) -> None:
+    """Removes the session's cache (its links, not what they point to)."""
+    session = config.stash.get(_SESSION_CACHE, None)
+    if session is not None:
+        shutil.rmtree(session, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
