@@ -10,6 +10,13 @@ from .specbench import GROUPS, SHORT
 SWEEP_LABEL = re.compile(r"^(?P<method>.+)@d(?P<depth>\d+)$")
 
 
+def legend(ax) -> None:
+    """The axes' legend, where something drawn on them has a label (a run of plain decoding
+    alone has no curve to name: matplotlib would warn on the user's terminal)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+
+
 def write_plots(summary: dict, method_depth: dict[str, int], out: Path,
                 title: str) -> list[Path]:
     """speedup_by_group.png, acceptance_by_position.png, speedup_tau_vs_depth.png in `out`.
@@ -36,7 +43,7 @@ def write_plots(summary: dict, method_depth: dict[str, int], out: Path,
     ax.set_ylabel("speed-up over our plain decoding (×, tokens/s ratio)")
     ax.set_xlabel("Spec-Bench task group")
     ax.set_title(f"Speed-up by task group — {title}", fontsize=10)
-    ax.legend(fontsize=8)
+    legend(ax)
     fig.tight_layout()
     fig.savefig(paths[0], dpi=110)
     plt.close(fig)
@@ -50,7 +57,7 @@ def write_plots(summary: dict, method_depth: dict[str, int], out: Path,
     ax.set_ylabel("drafts reaching this position whose token\nthere was accepted (%)")
     ax.set_ylim(0, 100)
     ax.set_title(f"Acceptance by draft position — {title}", fontsize=10)
-    ax.legend(fontsize=8)
+    legend(ax)
     fig.tight_layout()
     fig.savefig(paths[1], dpi=110)
     plt.close(fig)
@@ -78,8 +85,7 @@ def write_plots(summary: dict, method_depth: dict[str, int], out: Path,
                  + ("" if sweep else " (one cap per method: run with --sweep-depth for curves)"),
                  fontsize=10)
     for ax in (left, right):
-        if curves:
-            ax.legend(fontsize=8)
+        legend(ax)
     fig.tight_layout()
     fig.savefig(paths[2], dpi=110)
     plt.close(fig)
