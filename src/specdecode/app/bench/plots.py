@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .specbench import GROUPS, SHORT
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 SWEEP_LABEL = re.compile(r"^(?P<method>.+)@d(?P<depth>\d+)$")
 
 
-def legend(ax) -> None:
+def legend(ax: Axes) -> None:
     """The axes' legend, where something drawn on them has a label (a run of plain decoding
     alone has no curve to name: matplotlib would warn on the user's terminal)."""
     if ax.get_legend_handles_labels()[0]:
