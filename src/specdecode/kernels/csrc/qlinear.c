@@ -255,14 +255,20 @@ ALWAYS_INLINE void panel_blocks(const int f, const int nb, const uint8_t *w, int
     }
 }
 
-/* acc plus half h of a block's share for one row: D dx (its integer sum less the format's offset
- * times the sum of q), plus w0 dsum. Every tile adds a row's blocks in this one way, so the row's
- * result does not depend on which tile computed it. */
-ALWAYS_INLINE vf scaled(const int f, vf acc, vi isum, vf D, vf w0, const struct xblock *xb,
-                        int h) {
-    const vi off = viset1(offset(f) * xb->sum[halves(f) == 1 ? 0 : 1 + h]);
-    const vi s = offset(f) ? visub(isum, off) : isum;
-    acc = vfma(vcvt(s), vmul(D, vset1(xb->d)), acc);
+/* where the integer sum of half h (lo, hi) of a row's block starts: minus the format's offset
+ * times the sum of that half's q (of the whole block's, in lo, where the format has one scale a
+ * block), so that the dot products finish it. The same integer as subtracting the offset after
+ * them, one instruction a sum fewer (BENCHMARKS.md, twelfth session: Q6_K and Q4_0 calls). */
+ALWAYS_INLINE vi sum_start(const int f, const struct xblock *xb, int h) {
+    if (!offset(f) || (halves(f) == 1 && h)) return viset1(0);
+    return viset1(-offset(f) * xb->sum[halves(f) == 1 ? 0 : 1 + h]);
+}
+
+/* acc plus a block's share (or a half's, where the format has two scales) for one row: D dx (its
+ * integer sum, started at sum_start), plus w0 dsum. Every tile adds a row's blocks in this one
+ * way, so the row's result does not depend on which tile computed it. */
+ALWAYS_INLINE vf scaled(const int f, vf acc, vi isum, vf D, vf w0, const struct xblock *xb) {
+    acc = vfma(vcvt(isum), vmul(D, vset1(xb->d)), acc);
     return has_w0(f) ? vfma(w0, vset1(xb->dsum), acc) : acc;
 }
 
@@ -351,7 +357,7 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
         vi isum[2][QROWS_PER_TILE][QMAX_PANELS];
         for (int h = 0; h < 2; h++)
             for (int t = 0; t < rows; t++)
-                for (int n = 0; n < nb; n++) isum[h][t][n] = viset1(0);
+                for (int n = 0; n < nb; n++) isum[h][t][n] = sum_start(f, &x[t * blocks + b], h);
 #ifdef VDOT_PAIRS16
         if (bits(f) <= 6)
             tile_sums16(f, rows, nb, x, blocks, b, quants, isum);
@@ -372,10 +378,10 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
                 const struct xblock *xb = &x[t * blocks + b];
                 if (halves(f) == 1)
                     acc[t][n] = scaled(f, acc[t][n], viadd(isum[0][t][n], isum[1][t][n]),
-                                       D[n][0], w0[n], xb, 0);
+                                       D[n][0], w0[n], xb);
                 else
                     for (int h = 0; h < 2; h++)
-                        acc[t][n] = scaled(f, acc[t][n], isum[h][t][n], D[n][h], w0[n], xb, h);
+                        acc[t][n] = scaled(f, acc[t][n], isum[h][t][n], D[n][h], w0[n], xb);
             }
     }
     store_sums(acc, rows, nb, y, O, p);
@@ -411,14 +417,13 @@ ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struc
                 /* lo and hi in separate sums (one per half where the format has two scales):
                  * two dependency chains of 4 dot products instead of one of 8 (measured: a
                  * single chain loses a quarter) */
-                const vi isum[2] = {dots(f, viset1(0), lo[n], xb->q),
-                                    dots(f, viset1(0), hi[n], xb->q + 16)};
+                const vi isum[2] = {dots(f, sum_start(f, xb, 0), lo[n], xb->q),
+                                    dots(f, sum_start(f, xb, 1), hi[n], xb->q + 16)};
                 if (halves(f) == 1)
-                    acc[t][n] = scaled(f, acc[t][n], viadd(isum[0], isum[1]), D[n][0], w0[n],
-                                       xb, 0);
+                    acc[t][n] = scaled(f, acc[t][n], viadd(isum[0], isum[1]), D[n][0], w0[n], xb);
                 else
                     for (int h = 0; h < 2; h++)
-                        acc[t][n] = scaled(f, acc[t][n], isum[h], D[n][h], w0[n], xb, h);
+                        acc[t][n] = scaled(f, acc[t][n], isum[h], D[n][h], w0[n], xb);
             }
         }
     }
