@@ -59,8 +59,9 @@ def measure_bandwidth(kernels: Kernels, megabytes: int = 512,
         if rate is not None:
             loaded.append(rate)
     torch_rate = statistics.median(summed)
-    if loaded and statistics.median(loaded) > torch_rate:
-        return statistics.median(loaded), f"{kernels.name} kernels' loads"
+    kernel_rate = statistics.median(loaded) if loaded else 0.0
+    if kernel_rate > torch_rate:
+        return kernel_rate, f"{kernels.name} kernels' loads"
     return torch_rate, "torch's sum"
 
 

@@ -91,7 +91,6 @@ struct read_job {
     const uint8_t *data;
     int64_t rounds;         /* of READ_VECTORS vectors; the words after them are thread 0's */
     int64_t words;          /* int32 words in all */
-    int64_t bytes;
     uint32_t sums[256];     /* one per thread */
 };
 
@@ -103,7 +102,7 @@ static void read_task(void *context, int thread, int threads) {
     vi a0 = viset1(0), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t r = begin; r < end; r++) {
         const uint8_t *p = job->data + r * round_bytes;
-        if (r * round_bytes + READ_AHEAD < job->bytes) __builtin_prefetch(p + READ_AHEAD, 0, 2);
+        if (r * round_bytes + READ_AHEAD < 4 * job->words) __builtin_prefetch(p + READ_AHEAD, 0, 2);
         a0 = viadd(a0, viload(p));
         a1 = viadd(a1, viload(p + VL * 4));
         a2 = viadd(a2, viload(p + 2 * VL * 4));
@@ -125,7 +124,7 @@ static void read_task(void *context, int thread, int threads) {
 int64_t kernel_read(const uint8_t *data, int64_t bytes, int threads) {
     if (bytes < 0 || bytes % 4 || threads < 1 || threads > 256) return -1;
     struct read_job job = {.data = data, .rounds = bytes / (READ_VECTORS * VL * 4),
-                           .words = bytes / 4, .bytes = bytes};
+                           .words = bytes / 4};
     run_parallel(threads, read_task, &job);
     uint32_t sum = 0;
     for (int t = 0; t < threads; t++) sum += job.sums[t];

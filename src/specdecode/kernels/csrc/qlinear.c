@@ -413,12 +413,13 @@ ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struc
             for (int g = 0; g < 4; g++) group(f, quants[n], g, &lo[n][g], &hi[n][g]);
         for (int t = 0; t < rows; t++) {
             const struct xblock *xb = &x[t * blocks + b];
+            const vi start[2] = {sum_start(f, xb, 0), sum_start(f, xb, 1)}; /* every panel's */
             for (int n = 0; n < nb; n++) {
                 /* lo and hi in separate sums (one per half where the format has two scales):
                  * two dependency chains of 4 dot products instead of one of 8 (measured: a
                  * single chain loses a quarter) */
-                const vi isum[2] = {dots(f, sum_start(f, xb, 0), lo[n], xb->q),
-                                    dots(f, sum_start(f, xb, 1), hi[n], xb->q + 16)};
+                const vi isum[2] = {dots(f, start[0], lo[n], xb->q),
+                                    dots(f, start[1], hi[n], xb->q + 16)};
                 if (halves(f) == 1)
                     acc[t][n] = scaled(f, acc[t][n], viadd(isum[0], isum[1]), D[n][0], w0[n], xb);
                 else
