@@ -13,10 +13,10 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any, Iterator
 
-from .core.batch import Request, Speculation, collect_each, stream_batch
+from .core.batch import collect_each, stream_batch
 from .core.budget import DraftBudget
 from .core.cost import StepCost
-from .core.engine import Chunk, GenerationResult, collect, stream
+from .core.engine import Chunk, GenerationResult, Request, Speculation, collect, stream
 from .core.sampling import SamplingParams
 from .core.sequence import DraftLimit, GenerationConfig
 from .drafters import Drafter, drafter_class

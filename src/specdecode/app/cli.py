@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 
-from ..core.batch import MAX_BATCH, SPECULATION
+from ..core.engine import MAX_BATCH, SPECULATION
 from ..drafters import DRAFTERS
 from ..errors import InvalidParameterError, SpecDecodeError
 from ..models import DEFAULT_MODEL

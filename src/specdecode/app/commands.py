@@ -187,7 +187,7 @@ API_KEY_VARIABLE = "SPECDECODE_API_KEY"
 def serve(args: argparse.Namespace) -> int:
     # imported here: the server dependencies are needed by this command only
     from .server import create_app, serve
-    from ..core.batch import MAX_BATCH
+    from ..core.engine import MAX_BATCH
     from .server.guard import DEFAULT_MAX_BODY_BYTES
 
     if args.max_queue < 1 or not 1 <= args.max_batch <= MAX_BATCH:

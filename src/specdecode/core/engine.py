@@ -1,4 +1,7 @@
-"""The decoding loop, shared by plain decoding (an empty draft) and every drafter.
+"""The decoding loop, shared by plain decoding (an empty draft) and every drafter, for one
+sequence or a batch of them. Its lifecycle is written once, in `Batch`: a request joins, its prompt
+is prefilled in chunks (riding along with other sequences' steps), its drafter prepares, it steps
+until it finishes, and it leaves; one request alone is a batch of one (`stream`).
 
 Cache invariant: between steps a sequence's KV cache holds context[:n-1]; the last context token
 is *pending* (fed in the next forward). One step, for one sequence or a batch of them:
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Literal
 from typing import Sequence as Tokens
 
 import torch
@@ -22,7 +25,7 @@ import torch
 from ..errors import InvalidParameterError, PromptTooLongError
 from ..kernels import ROW_INVARIANT_ROWS
 from .budget import StepShape, allocate, min_chance, prompt_share, step_gain
-from .cost import StepCost
+from .cost import MEASURED_ROWS, StepCost
 from .detokenize import IncrementalText
 from .drafter import EMPTY_DRAFT, Draft, Drafter
 from .metrics import RunStats
@@ -46,6 +49,15 @@ class Chunk:
 PREFILL_CHUNK = ROW_INVARIANT_ROWS
 
 
+# adaptive: draft rows chosen for the whole batch (speculation shrinks as it fills); always: each
+# sequence's as if it ran alone; off: no drafts
+Speculation = Literal["adaptive", "always", "off"]
+SPECULATION: tuple[str, ...] = ("adaptive", "always", "off")
+# the most sequences a batch steps together: each brings at least one row, and the step-cost
+# curve the draft budget reads is measured up to this many rows (`core.cost.MEASURED_ROWS`)
+MAX_BATCH = MEASURED_ROWS[-1]
+
+
 def admit(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
           limit: DraftLimit | None, decode: Callable[[list[int]], str] | None = None) -> Sequence:
     """A new sequence for `prompt`, nothing prefilled yet (`Sequence.to_prefill`)."""
@@ -61,18 +73,6 @@ def admit(target: Target, drafter: Drafter, prompt: Tokens[int], config: Generat
                    new_generator(config.seed, target.device), limit,
                    IncrementalText(decode, config.stop) if decode else None)
     drafter.start(seq)
-    return seq
-
-
-def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
-          limit: DraftLimit | None, decode: Callable[[list[int]], str] | None = None) -> Sequence:
-    """A new sequence for `prompt`, its prompt prefilled (all but the pending last token)."""
-    started = time.perf_counter()
-    seq = admit(target, drafter, prompt, config, limit, decode)
-    while seq.to_prefill:
-        step_batch(target, [], prefill=[(drafter, seq, min(seq.to_prefill, PREFILL_CHUNK))])
-    drafter.prepare(seq)
-    seq.stats.prefill_seconds = time.perf_counter() - started
     return seq
 
 
@@ -224,24 +224,6 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
     return Chunk(new, delta + (seq.text.flush() if seq.text else ""), seq.finish_reason, stats)
 
 
-def stream(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
-           limit: DraftLimit | None, eos_token_ids: frozenset[int] = frozenset(),
-           decode: Callable[[list[int]], str] | None = None,
-           cost: StepCost | None = None) -> Iterator[Chunk]:
-    """Generate from `prompt`, yielding a Chunk per step; the last chunk carries the stats, whose
-    wall time runs from the start of the prefill to the last step. `cost`: the target's step
-    cost, by which each step keeps the draft nodes that pay (None: all proposed)."""
-    started = time.perf_counter()
-    seq = start(target, drafter, prompt, config, limit, decode)
-    while True:
-        chunk = step(target, drafter, seq, eos_token_ids, cost)
-        if chunk.finish_reason is not None:
-            seq.stats.wall_seconds = time.perf_counter() - started
-            yield chunk
-            return
-        yield chunk
-
-
 @dataclass
 class GenerationResult:
     token_ids: list[int]
@@ -257,6 +239,137 @@ def collect(chunks: Iterable[Chunk]) -> GenerationResult:
         ids.extend(chunk.token_ids)
         parts.append(chunk.text)
     return GenerationResult(ids, "".join(parts), chunk.finish_reason, chunk.stats)
+
+
+@dataclass
+class Request:
+    """One prompt to generate from, with its drafter (any mix of methods may share a batch)."""
+
+    prompt: Tokens[int]
+    config: GenerationConfig
+    drafter: Drafter
+    limit: DraftLimit | None  # None: plain decoding
+
+
+@dataclass
+class _Entry:
+    drafter: Drafter
+    seq: Sequence
+    joined: float  # perf_counter when it joined
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What the last step held: decoding sequences, their rows (one each plus draft nodes), the
+    draft rows among them, and prompt rows prefilled beside them."""
+
+    sequences: int = 0
+    rows: int = 0
+    draft_rows: int = 0
+    prefill_rows: int = 0
+
+
+class Batch:
+    """The sequences in flight on one target. `join` admits a request (its prompt is prefilled
+    by the next steps); `step` prefills and advances every sequence by one target forward, and
+    drops the finished; `leave` drops a sequence at once (a cancelled request), freeing its
+    cache. `cost` chooses the draft rows (None: every proposed node), as `speculation` says."""
+
+    def __init__(self, target: Target, cost: StepCost | None = None,
+                 eos_token_ids: frozenset[int] = frozenset(),
+                 decode: Callable[[list[int]], str] | None = None,
+                 speculation: Speculation = "adaptive", prefill_rows: int = PREFILL_CHUNK) -> None:
+        if speculation not in SPECULATION or prefill_rows < 1:
+            raise ValueError(f"speculation {speculation!r}, prefill rows {prefill_rows}")
+        self.target, self.cost, self.speculation = target, cost, speculation
+        self.eos_token_ids, self.decode, self.prefill_rows = eos_token_ids, decode, prefill_rows
+        self.prefilling: list[_Entry] = []  # in join order: the first gets its chunk first
+        self.decoding: list[_Entry] = []
+        self.last_step = StepReport()
+
+    def __len__(self) -> int:
+        return len(self.prefilling) + len(self.decoding)
+
+    def join(self, request: Request) -> Sequence:
+        """Admit a request (raises SpecDecodeError for a bad prompt); it starts decoding once its
+        prompt is in its cache."""
+        limit = None if self.speculation == "off" else request.limit
+        joined = time.perf_counter()
+        entry = _Entry(request.drafter, admit(self.target, request.drafter, request.prompt,
+                                              request.config, limit, self.decode), joined)
+        if entry.seq.to_prefill:
+            self.prefilling.append(entry)
+        else:  # a one-token prompt: nothing to prefill
+            self._prefilled(entry)
+        return entry.seq
+
+    def _prefilled(self, entry: _Entry) -> None:
+        """The sequence's prompt is in its cache: its drafter reads it (counted as prefill) and
+        it decodes from the next step."""
+        entry.drafter.prepare(entry.seq)
+        entry.seq.stats.prefill_seconds = time.perf_counter() - entry.joined
+        self.decoding.append(entry)
+
+    def leave(self, seq: Sequence) -> None:
+        self.prefilling = [e for e in self.prefilling if e.seq is not seq]
+        self.decoding = [e for e in self.decoding if e.seq is not seq]
+
+    def step(self) -> list[tuple[Sequence, Chunk]]:
+        """One forward: the next prompt chunks and every decoding sequence's rows; returns
+        (sequence, its chunk) for each decoding sequence, in join order."""
+        if not len(self):
+            return []
+        prefill, left = [], self.prefill_rows
+        for e in self.prefilling:
+            if left == 0:
+                break
+            n = min(e.seq.to_prefill, left, PREFILL_CHUNK)
+            prefill.append((e.drafter, e.seq, n))
+            left -= n
+        drafted = sum(e.seq.stats.drafted for e in self.decoding)
+        chunks = step_batch(self.target, [(e.drafter, e.seq) for e in self.decoding],
+                            self.eos_token_ids, self.cost, prefill,
+                            jointly=self.speculation == "adaptive")
+        draft_rows = sum(e.seq.stats.drafted for e in self.decoding) - drafted
+        self.last_step = StepReport(len(self.decoding), len(self.decoding) + draft_rows,
+                                    draft_rows, self.prefill_rows - left)
+        now, out, decoding = time.perf_counter(), [], self.decoding
+        self.decoding = []
+        for e, chunk in zip(decoding, chunks):
+            out.append((e.seq, chunk))
+            if chunk.finish_reason is None:
+                self.decoding.append(e)
+            else:
+                e.seq.stats.wall_seconds = now - e.joined
+        for e in [e for e in self.prefilling if not e.seq.to_prefill]:
+            self._prefilled(e)
+        self.prefilling = [e for e in self.prefilling if e.seq.to_prefill]
+        return out
+
+
+def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
+          limit: DraftLimit | None, decode: Callable[[list[int]], str] | None = None) -> Sequence:
+    """A new sequence for `prompt`, its prompt prefilled (all but the pending last token) and its
+    drafter prepared, ready for `step`."""
+    batch = Batch(target, decode=decode)
+    seq = batch.join(Request(prompt, config, drafter, limit))
+    while seq.to_prefill:
+        batch.step()
+    return seq
+
+
+def stream(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
+           limit: DraftLimit | None, eos_token_ids: frozenset[int] = frozenset(),
+           decode: Callable[[list[int]], str] | None = None,
+           cost: StepCost | None = None) -> Iterator[Chunk]:
+    """Generate from `prompt`, a batch of one, yielding a Chunk per step; the last chunk carries
+    the stats, whose wall time runs from the start of the prefill to the last step. `cost`: the
+    target's step cost, by which each step keeps the draft nodes that pay (None: all proposed)."""
+    batch = Batch(target, cost, eos_token_ids, decode)
+    batch.join(Request(prompt, config, drafter, limit))
+    while len(batch):
+        for _, chunk in batch.step():
+            yield chunk
 
 
 def generate(*args, **kwargs) -> GenerationResult:

@@ -23,8 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...core.batch import Speculation
-from ...core.engine import Chunk
+from ...core.engine import Chunk, Speculation
 from ...drafters import DRAFTERS
 from ...errors import InvalidParameterError, KernelError, SpecDecodeError
 from ...models import LoadedModel

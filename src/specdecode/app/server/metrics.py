@@ -22,7 +22,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from ...core.batch import StepReport
+from ...core.engine import StepReport
 from ...core.metrics import RunStats
 
 ENDPOINTS = frozenset({"/v1/models", "/v1/completions", "/v1/chat/completions", "/health",

@@ -1,7 +1,7 @@
 """One engine thread, a batch of running requests, a bounded queue.
 
 HTTP handlers run on the asyncio loop and must never block on the model; they submit a `Job` to
-`EngineWorker`, whose thread admits up to `max_batch` jobs into one `core.batch.Batch` (each
+`EngineWorker`, whose thread admits up to `max_batch` jobs into one `core.engine.Batch` (each
 request has its own KV cache and drafter state) and steps them together: every step is one target
 forward over all their rows, and each job's chunk goes back to the loop with
 `call_soon_threadsafe`. A job's `cancelled` flag and deadline are checked between steps; a
@@ -17,9 +17,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from ...core.batch import Batch, Speculation
 from ...core.budget import DraftBudget
-from ...core.engine import Chunk
+from ...core.engine import Batch, Chunk, Speculation
 from ...core.sequence import Sequence
 from ...errors import KernelError, SpecDecodeError
 from ...pipeline import SpecDecoder
