@@ -27,3 +27,8 @@ class PromptTooLongError(SpecDecodeError):
 class KernelError(SpecDecodeError):
     """A C kernel refused its arguments or could not allocate its memory: the step stops there
     (its outputs are not used) and the request that ran it fails; others go on."""
+
+
+class GrammarError(SpecDecodeError):
+    """A schema or grammar that cannot constrain generation: invalid, or beyond the grammar
+    engine's limits."""

@@ -15,12 +15,14 @@ from typing import Any, Iterator
 
 from .core.batch import collect_each, stream_batch
 from .core.budget import DraftBudget
+from .core.constraint import Grammar
 from .core.cost import StepCost
 from .core.engine import Chunk, GenerationResult, Request, Speculation, collect, stream
 from .core.sampling import SamplingParams
 from .core.sequence import DraftLimit, GenerationConfig
 from .drafters import Drafter, drafter_class
 from .errors import InvalidParameterError
+from .grammars import GrammarCompiler, grammar_compiler
 from .models import DEFAULT_MODEL, LoadedModel, load_model
 from .spec import DecodingSpec, resolve
 from .timing import step_cost
@@ -60,6 +62,11 @@ class SpecDecoder:
             return default
         return DraftBudget(nodes or default.nodes, depth or default.depth)
 
+    @property
+    def grammars(self) -> GrammarCompiler:
+        """Compiles JSON schemas and grammars for this model's tokenizer (`request(grammar=)`)."""
+        return grammar_compiler(self.model)
+
     @classmethod
     def load(cls, model: str = DEFAULT_MODEL, method: str | None = None, *,
              backend: str = "auto", dtype: str = "auto", device: str = "cpu",
@@ -90,12 +97,14 @@ class SpecDecoder:
         chat: bool = True,
         max_draft_nodes: int | None = None,
         max_draft_depth: int | None = None,
+        grammar: Grammar | None = None,
     ) -> Request:
         """One generation's request: a str prompt is tokenized (with the chat template unless
         chat=False), a list is token ids; `max_draft_nodes` / `max_draft_depth` replace the
-        decoder's caps for this request only."""
+        decoder's caps for this request only; `grammar` (from `self.grammars`) constrains the
+        output."""
         config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p), seed,
-                                  tuple(stop))
+                                  tuple(stop), grammar)
         caps = self.caps(max_draft_nodes or self.budget.nodes,
                           max_draft_depth or self.budget.depth)
         limit = DraftLimit(caps.nodes, caps.depth, self.adaptive) if caps.nodes else None

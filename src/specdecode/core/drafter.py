@@ -50,6 +50,31 @@ class Draft:
                      cut(self.chances))
 
 
+    def keep(self, nodes: list[int]) -> "Draft":
+        """The draft of these nodes only (ascending; each one's parent kept too)."""
+        index = torch.tensor(nodes, dtype=torch.long)
+        pick = lambda t: None if t is None else t[index]  # noqa: E731
+        parents = None
+        if self.parents is not None:
+            renumber = {old: new for new, old in enumerate(nodes)}
+            parents = torch.tensor([-1 if p < 0 else renumber[p]
+                                    for p in self.parents[index].tolist()], dtype=torch.long)
+        return Draft(self.tokens[index], pick(self.q), self.forwards, parents,
+                     pick(self.chances))
+
+    def extended(self, tokens: list[int]) -> "Draft":
+        """A deterministic chain (q None) with `tokens` appended, each as likely as its last node
+        (certain for an empty draft)."""
+        assert self.q is None and self.tree.is_chain, "only deterministic chains extend"
+        more = torch.tensor(tokens, dtype=torch.long)
+        chances = None
+        if self.chances is not None or not len(self):
+            last = float(self.chances[-1]) if len(self) else 1.0
+            chances = torch.cat([self.chances if len(self) else torch.empty(0),
+                                 torch.full((len(tokens),), last)])
+        return Draft(torch.cat([self.tokens, more]), None, self.forwards, None, chances)
+
+
 EMPTY_DRAFT = Draft(torch.empty(0, dtype=torch.long), None)
 
 

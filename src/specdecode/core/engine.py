@@ -24,10 +24,12 @@ import torch
 
 from ..errors import InvalidParameterError, PromptTooLongError
 from ..kernels import ROW_INVARIANT_ROWS
-from .budget import StepShape, allocate, min_chance, prompt_share, step_gain
+from .budget import DraftBudget, StepShape, allocate, min_chance, prompt_share, step_gain
+from .constraint import allowed, renormalize
 from .cost import MEASURED_ROWS, StepCost
 from .detokenize import IncrementalText
 from .drafter import EMPTY_DRAFT, Draft, Drafter
+from .masking import constrain, masks
 from .metrics import RunStats
 from .sampling import probabilities
 from .sequence import DraftLimit, GenerationConfig, Sequence, new_generator
@@ -71,7 +73,8 @@ def admit(target: Target, drafter: Drafter, prompt: Tokens[int], config: Generat
     tokens[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
     seq = Sequence(tokens, len(prompt), len(prompt), target.new_cache(), config,
                    new_generator(config.seed, target.device), limit,
-                   IncrementalText(decode, config.stop) if decode else None)
+                   IncrementalText(decode, config.stop) if decode else None,
+                   constraint=config.grammar.matcher() if config.grammar else None)
     drafter.start(seq)
     return seq
 
@@ -85,6 +88,7 @@ class _Planned:
     draft: Draft
     draft_seconds: float
     judged: bool  # the sequence's gate judges this step (not drafted while it paused the model)
+    forced: int  # the draft's last nodes a grammar forced (the drafter proposed the others)
 
     @property
     def rows(self) -> torch.Tensor:
@@ -128,8 +132,8 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
                  (min_chance(cost, rows, cached, len(work), seq.length, spent),
                   (cost.step(rows, cached) - spent) / len(work)) if jointly else
                  (min_chance(cost, 1, seq.length, 1, seq.length), cost.step(1, seq.length)))
-        draft, judged = _propose(target, drafter, seq, *price)
-        planned.append(_Planned(drafter, seq, draft, clock() - t0, judged))
+        draft, judged, forced = _propose(target, drafter, seq, *price)
+        planned.append(_Planned(drafter, seq, draft, clock() - t0, judged, forced))
     shared = None  # the step's shape, by which a jointly drafted sequence's gain is judged
     if cost is not None:
         drafts = [(p.draft.chances, len(p.draft), p.seq.length) for p in planned]
@@ -157,20 +161,41 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
 
 
 def _propose(target: Target, drafter: Drafter, seq: Sequence, price: float,
-             token_seconds: float) -> tuple[Draft, bool]:
-    """The sequence's draft for this step, and whether its gate judges the step: while the gate
-    pauses drafting, a drafter with drafts that cost no forward (`free_drafts`) still offers
-    those, priced by the budget like any other, and the gate does not count them."""
+             token_seconds: float) -> tuple[Draft, bool, int]:
+    """The sequence's draft for this step, whether its gate judges the step, and how many of its
+    last nodes a grammar forced: while the gate pauses drafting, a drafter with drafts that cost
+    no forward (`free_drafts`) still offers those, priced by the budget like any other, and the
+    gate does not count them."""
     left = min(seq.config.max_new_tokens - seq.stats.new_tokens, target.max_length - seq.length)
     # room for the bonus token
     budget = seq.limit.budget(left - 1, price, token_seconds) if seq.limit else None
     if not budget or budget.nodes == 0:
-        return EMPTY_DRAFT, False
+        return EMPTY_DRAFT, False, 0
     if seq.limit.gate.open():
-        return drafter.propose(seq, budget), True
-    if drafter.free_drafts:
-        return drafter.propose(seq, replace(budget, forwards=False)), False
-    return EMPTY_DRAFT, False
+        draft, judged = drafter.propose(seq, budget), True
+    elif drafter.free_drafts:
+        draft, judged = drafter.propose(seq, replace(budget, forwards=False)), False
+    else:
+        draft, judged = EMPTY_DRAFT, False
+    if seq.constraint is None:
+        return draft, judged, 0
+    draft, forced = _constrained(seq, draft, budget)
+    return draft, judged, forced
+
+
+def _constrained(seq: Sequence, draft: Draft, budget: DraftBudget) -> tuple[Draft, int]:
+    """The draft under the sequence's grammar, within the step's caps: forbidden nodes cut, a
+    deterministic chain extended by the span the grammar forces (`constraint.constrain`); and
+    how many of its last nodes are forced."""
+    t0 = time.perf_counter()
+    draft, forced = constrain(seq.constraint, draft)
+    if forced:
+        keep = min(len(draft), budget.nodes, budget.depth)
+        forced = max(forced - (len(draft) - keep), 0)
+        draft = draft.best(keep)
+    seq.stats.forced += forced
+    seq.stats.constraint_seconds += time.perf_counter() - t0
+    return draft, forced
 
 
 def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_seconds: float,
@@ -181,16 +206,23 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
     drafter, seq, draft, stats, n = p.drafter, p.seq, p.draft, p.seq.stats, p.seq.length
     t2 = time.perf_counter()
     tree = draft.tree
-    # 3 verify
+    # 3 verify, against the grammar's allowed set at every row where the sequence has one
+    masked, q = logits, draft.q
+    if seq.constraint is not None:
+        rows_allowed = allowed(masks(seq.constraint, tree, logits.shape[-1]), logits.shape[-1])
+        masked = logits.masked_fill(~rows_allowed, float("-inf"))  # [N + 1, V]
+        if q is not None:  # each node was drawn where its parent's row stands
+            q = renormalize(q, rows_allowed[tree.parents + 1])
+        stats.constraint_seconds += time.perf_counter() - t2
     if seq.sampling.greedy:
-        verdict = verify_greedy(tree, logits)
+        verdict = verify_greedy(tree, masked)
     else:
-        verdict = verify_sampling(tree, draft.q, probabilities(logits, seq.sampling),
-                                  seq.generator)
+        verdict = verify_sampling(tree, q, probabilities(masked, seq.sampling), seq.generator)
     verify_seconds = forward_seconds + time.perf_counter() - t2
     # 4 commit: node i sits at cache position n + i, behind the pending token at n - 1
     seq.cache.compact(n, [n + i for i in verdict.path])
-    drafter.observe(seq, len(tree), verdict.accepted)
+    own = len(tree) - p.forced  # the drafter's nodes: those it is told of
+    drafter.observe(seq, own, min(verdict.accepted, own))
     rows = [0] + [i + 1 for i in verdict.path]  # the root's and the accepted nodes'
     if drafter.uses_features:
         drafter.observe_features(seq, hidden[rows])
@@ -203,6 +235,13 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
             seq.limit.gate.observe(step_gain(cost, verdict.accepted, len(tree), n,
                                              p.draft_seconds, shared))
     new = tree.path_tokens(list(verdict.path)) + [verdict.token]
+    if seq.constraint is not None:
+        t3 = time.perf_counter()
+        for token in new:
+            if not seq.constraint.accept(token):
+                raise RuntimeError(f"the verifier confirmed token {token}, which the grammar "
+                                   "forbids")
+        stats.constraint_seconds += time.perf_counter() - t3
     confirmed = len(new)
     for i, token in enumerate(new):
         if token in eos_token_ids:  # EOS ends the text but was still confirmed (counts for τ)

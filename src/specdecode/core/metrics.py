@@ -22,9 +22,11 @@ class RunStats:
     drafted_at: list[int] = field(default_factory=list)  # [i]: drafts that had a token at position i
     accepted_at: list[int] = field(default_factory=list)  # [i]: drafts whose token i was accepted
     accepted_histogram: list[int] = field(default_factory=list)  # [a]: steps that accepted a tokens
+    forced: int = 0  # draft tokens a grammar forced (among `drafted`; no drafter proposed them)
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0  # target forward + verification
+    constraint_seconds: float = 0.0  # a grammar's masks and matcher (within draft and verify)
     wall_seconds: float = 0.0  # prefill + decoding, no model loading
 
     def observe(

@@ -15,6 +15,7 @@ import torch
 
 from ..errors import InvalidParameterError
 from .budget import MAX_DRAFT_NODES, DraftBudget, DraftGate
+from .constraint import Constraint, Grammar
 from .detokenize import IncrementalText
 from .metrics import RunStats
 from .sampling import SamplingParams
@@ -26,6 +27,7 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = None  # None: a fresh random seed per request
     stop: tuple[str, ...] = ()  # stop strings (need a decode function)
+    grammar: Grammar | None = None  # what the output must match (`core.constraint`); None: free
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -83,6 +85,7 @@ class Sequence:
     stats: RunStats = field(default_factory=RunStats)
     drafter_state: Any = None  # whatever the drafter keeps for this request (`Drafter.start`)
     finish_reason: str | None = None  # "stop" (EOS, stop string) or "length" once finished
+    constraint: Constraint | None = None  # the grammar's matcher, at the confirmed tokens
 
     @property
     def context(self) -> torch.Tensor:
