@@ -36,8 +36,8 @@ _LIMITS = llguidance.LLParserLimits(verbose_errors=False)
 class LLConstraint(Constraint):
     """A llguidance matcher as the engine's `Constraint`."""
 
-    def __init__(self, matcher: llguidance.LLMatcher) -> None:
-        self.matcher = matcher
+    def __init__(self, matcher: llguidance.LLMatcher, eos_token_ids: frozenset[int]) -> None:
+        self.matcher, self.eos_token_ids = matcher, eos_token_ids
 
     def fill(self, masks, row: int) -> None:
         words = masks[row]
@@ -47,8 +47,12 @@ class LLConstraint(Constraint):
 
     def accept(self, token: int) -> bool:
         # try_consume_tokens leaves the matcher as it was when the token is forbidden
-        # (consume_token would put it in its error state for good)
-        return self.matcher.try_consume_tokens([token]) == 1
+        # (consume_token would put it in its error state for good); it never takes an EOS
+        # token, which ends the output where the grammar is complete
+        if self.matcher.try_consume_tokens([token]) == 1:
+            return True
+        return (token in self.eos_token_ids and self.matcher.is_accepting()
+                and self.matcher.consume_token(token))
 
     def rollback(self, tokens: int) -> None:
         self.matcher.rollback(tokens)
@@ -60,14 +64,15 @@ class LLConstraint(Constraint):
 class LLGrammar(Grammar):
     """A checked llguidance grammar for one tokenizer."""
 
-    def __init__(self, tokenizer: llguidance.LLTokenizer, text: str) -> None:
-        self.tokenizer, self.text = tokenizer, text
+    def __init__(self, tokenizer: llguidance.LLTokenizer, text: str,
+                 eos_token_ids: frozenset[int]) -> None:
+        self.tokenizer, self.text, self.eos_token_ids = tokenizer, text, eos_token_ids
 
     def matcher(self) -> LLConstraint:
         matcher = llguidance.LLMatcher(self.tokenizer, self.text, log_level=0, limits=_LIMITS)
         if matcher.is_error():
             raise GrammarError(f"the grammar cannot be used: {matcher.get_error()}")
-        return LLConstraint(matcher)
+        return LLConstraint(matcher, self.eos_token_ids)
 
 
 class GrammarCompiler:
@@ -133,7 +138,7 @@ class GrammarCompiler:
         if error and not error.startswith("WARNING"):
             raise GrammarError(f"the {kind.replace('_', ' ')} cannot be compiled: "
                                f"{_first_line(error)}")
-        compiled = LLGrammar(self.tokenizer, grammar)
+        compiled = LLGrammar(self.tokenizer, grammar, frozenset(self.eos_token_ids))
         compiled.matcher()  # the first mask's work is bounded too: fail here, not in a step
         with self._lock:
             self._cache[key] = compiled

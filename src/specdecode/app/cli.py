@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, help="seed for sampling (reproducible runs)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    out = g.add_mutually_exclusive_group()
+    out.add_argument("--json-schema", metavar="FILE",
+                     help="constrain the output to JSON valid against this JSON schema file "
+                          "(speculation stays lossless: every draft row is masked alike)")
+    out.add_argument("--grammar", metavar="FILE",
+                     help="constrain the output to this grammar file (llama.cpp's GBNF, or Lark)")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     g.add_argument("--compare", action="store_true",
                    help="also run plain decoding; print both, the speed-up and whether the "

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..core.constraint import Grammar
 from ..core.engine import collect
 from ..core.metrics import RunStats
 from ..core.sampling import SamplingParams
@@ -31,6 +32,19 @@ def _read_prompt(args: argparse.Namespace) -> str:
     return sys.stdin.read()
 
 
+def _grammar(args: argparse.Namespace, decoder: SpecDecoder) -> Grammar | None:
+    """The grammar of --json-schema FILE or --grammar FILE (None: free output)."""
+    path = args.json_schema or args.grammar
+    if path is None:
+        return None
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InvalidParameterError(f"cannot read {path}: {exc.strerror}") from None
+    return (decoder.grammars.json_schema(text) if args.json_schema
+            else decoder.grammars.gbnf(text))
+
+
 def generate(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args)
     check_args(args)
@@ -40,7 +54,8 @@ def generate(args: argparse.Namespace) -> int:
     decoder = SpecDecoder(model, spec)
     ids = decoder.prompt_ids(prompt, chat=not args.no_chat)
     kwargs = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                  top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop=tuple(args.stop))
+                  top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop=tuple(args.stop),
+                  grammar=_grammar(args, decoder))
     plain = SpecDecoder(model, resolve(model, "ar")) if args.compare else None
     if plain:  # the first forward pays one-time allocations: warm both up before timing
         for d in (decoder, plain):

@@ -89,11 +89,13 @@ class RunStats:
             "accepted": self.accepted,
             "acceptance_by_position": [round(r, 4) for r in self.acceptance_by_position],
             "accepted_histogram": self.accepted_histogram,
+            "forced": self.forced,
             "seconds": {
                 "prefill": round(self.prefill_seconds, 4),
                 "drafting": round(self.draft_seconds, 4),
                 "verifying": round(self.verify_seconds, 4),
                 "other": round(self.other_seconds, 4),
+                "constraint": round(self.constraint_seconds, 4),  # within drafting and verifying
             },
         }
 

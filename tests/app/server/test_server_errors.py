@@ -70,6 +70,21 @@ BAD = {
     "chat_too_long_streamed": (CH, {**M, "stream": True, "messages": [
         {"role": "user", "content": LONG_TEXT}]}, 400, None, "context window"),
     "chat_temperature_negative": (CH, {**M, "temperature": -1}, 400, "temperature", None),
+    "unknown_field": (CH, {**M, "frobnicate": 1}, 400, "frobnicate", "unknown field"),
+    "tools_not_honoured_yet": (CH, {**M, "tools": []}, 400, "tools", "unknown field"),
+    "unknown_field_in_message": (CH, {**M, "messages": [{"role": "user", "content": "hi",
+                                                        "tool_call_id": "x"}]}, 400,
+                                 "messages.0.tool_call_id", "unknown field"),
+    "schema_invalid": (CH, {**M, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "nonsense"}}}}, 400, None, "cannot be compiled"),
+    "schema_not_an_object": (C, {**P, "json_schema": "{}"}, 400, "json_schema", None),
+    "json_schema_format_without_schema": (CH, {**M, "response_format": {"type": "json_schema"}},
+                                          400, "response_format", "json_schema is required"),
+    "response_format_unknown_type": (CH, {**M, "response_format": {"type": "yaml"}}, 400,
+                                     "response_format.type", None),
+    "gbnf_invalid": (C, {**P, "grammar": 'root ::= "yes" | ('}, 400, None, "cannot be compiled"),
+    "two_output_formats": (C, {**P, "grammar": 'root ::= "a"', "json_schema": {}}, 400, None,
+                           "not json_schema and grammar"),
 }
 
 

@@ -243,7 +243,7 @@ async def _generate(request: Request, body: GenerationRequest,
     if method is not None and method not in DRAFTERS:
         raise APIError(400, f"unknown speculative method {method!r} (choose from "
                             f"{', '.join(sorted(DRAFTERS))})", param="speculative.method")
-    job = Job(prepare, method, caps, params, state.request_timeout)
+    job = Job(prepare, method, caps, params, state.request_timeout, body.output_format)
     state.worker.submit(job)
     try:
         first = await _next_chunk(job, request)
@@ -350,5 +350,7 @@ def _validation_error(errors: list[dict]) -> APIError:
                         code="invalid_json")
     param = ".".join(loc) or None
     msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    if first.get("type") == "extra_forbidden":
+        msg = "unknown field: this server does not honour it"
     message = f"{param}: {msg}" if param else msg
     return APIError(400, message, param=param)

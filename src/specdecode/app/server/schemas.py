@@ -2,8 +2,9 @@
 
 Validation is strict (a string is not a number, a number is not a bool), because every value the
 client sends reaches the engine and a silently coerced value is a wrong answer, not a convenience.
-Fields OpenAI defines but the engine cannot honour are rejected by name, never silently ignored;
-unknown fields are ignored, as OpenAI-compatible servers commonly do.
+Every field a request may carry is declared here, and those are the fields the server honours:
+anything else is refused by name (`extra="forbid"`), never silently dropped, and fields OpenAI
+defines that the engine cannot honour yet are accepted only at their "off" value.
 """
 
 from __future__ import annotations
@@ -33,14 +34,12 @@ Number = Annotated[float, BeforeValidator(_number)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
 
 
 class SpeculativeOptions(_Strict):
     """Extension: which drafter serves this request and its draft caps (default: the server's
     --method, --max-draft-nodes and --max-draft-depth)."""
-
-    model_config = ConfigDict(extra="forbid")  # a typo here should not silently fall back
 
     method: str | None = None
     max_draft_nodes: int | None = Field(None, ge=1, le=MAX_DRAFT_NODES)
@@ -49,6 +48,29 @@ class SpeculativeOptions(_Strict):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+
+
+class JSONSchemaFormat(_Strict):
+    """`response_format.json_schema`: the schema the answer must be valid against. Generation is
+    always constrained to it, so `strict` true and false are both honoured (strict's promise)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    json_schema: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> "ResponseFormat":
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError('json_schema is required with type "json_schema" and only then')
+        return self
 
 
 class GenerationRequest(_Strict):
@@ -66,6 +88,10 @@ class GenerationRequest(_Strict):
     stream_options: StreamOptions | None = None
     speculative: SpeculativeOptions | None = None
     user: str | None = None
+    # structured output: OpenAI's response_format, or llama.cpp's json_schema or GBNF grammar
+    response_format: ResponseFormat | None = None
+    json_schema: dict[str, Any] | None = None
+    grammar: str | None = None
     # defined by OpenAI, unsupported here: accepted only at their "off" value
     logprobs: Any = None
     presence_penalty: Number | None = None
@@ -98,7 +124,28 @@ class GenerationRequest(_Strict):
         for name in ("logprobs", "presence_penalty", "frequency_penalty", "logit_bias"):
             if getattr(self, name):
                 raise ValueError(f"{name} is not supported by this server")
+        formats = [name for name in ("json_schema", "grammar") if getattr(self, name) is not None]
+        if self.response_format is not None and self.response_format.type != "text":
+            formats.append("response_format")
+        if len(formats) > 1:
+            raise ValueError(f"give one of response_format, json_schema and grammar, not "
+                             f"{' and '.join(formats)}")
         return self
+
+    @property
+    def output_format(self) -> tuple[str, Any] | None:
+        """What the output must match: ("json_schema", schema), ("json_object", None) or
+        ("gbnf", text); None for free text."""
+        if self.json_schema is not None:
+            return "json_schema", self.json_schema
+        if self.grammar is not None:
+            return "gbnf", self.grammar
+        fmt = self.response_format
+        if fmt is None or fmt.type == "text":
+            return None
+        if fmt.type == "json_object":
+            return "json_object", None
+        return "json_schema", fmt.json_schema.json_schema
 
     @property
     def token_limit(self) -> int | None:

@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable
 
 from ...core.budget import DraftBudget
+from ...core.constraint import Grammar
 from ...core.engine import Batch, Chunk, Speculation
 from ...core.sequence import Sequence
 from ...errors import KernelError, SpecDecodeError
@@ -75,8 +76,10 @@ class Job:
     tokenizer is not thread-safe, so it is only ever used there."""
 
     def __init__(self, prepare: Callable[[], list[int]], method: str | None,
-                 caps: tuple[int | None, int | None], params: dict, timeout: float) -> None:
+                 caps: tuple[int | None, int | None], params: dict, timeout: float,
+                 output_format: tuple[str, Any] | None = None) -> None:
         self.prepare, self.method, self.caps, self.params = prepare, method, caps, params
+        self.output_format = output_format  # (kind, schema or text) the output must match
         self.created = time.monotonic()
         self.deadline = self.created + timeout
         self.prompt_tokens = 0  # set by the worker before the first chunk is sent
@@ -226,7 +229,9 @@ class EngineWorker:
                 ids = job.prepare()
                 job.prompt_tokens = len(ids)
                 seq = batch.join(decoder.request(ids, max_draft_nodes=job.budget.nodes,
-                                                 max_draft_depth=job.budget.depth, **job.params))
+                                                 max_draft_depth=job.budget.depth,
+                                                 grammar=_grammar(decoder, job.output_format),
+                                                 **job.params))
             except SpecDecodeError as exc:
                 job.send(exc)
                 continue
@@ -270,3 +275,15 @@ class EngineWorker:
             if chunk.finish_reason is not None:
                 self.metrics.observe_run(job.decoder.method, chunk.finish_reason, chunk.stats)
                 del self._running[id(seq)]
+
+
+def _grammar(decoder: SpecDecoder, output_format: tuple[str, Any] | None) -> Grammar | None:
+    """The compiled grammar of a request's output format (on the engine thread: the tokenizer
+    is used there only); raises GrammarError for one that cannot be compiled."""
+    if output_format is None:
+        return None
+    kind, source = output_format
+    compiler = decoder.grammars
+    if kind == "json_object":
+        return compiler.json_object()
+    return compiler.json_schema(source) if kind == "json_schema" else compiler.gbnf(source)
