@@ -34,31 +34,48 @@ _LIMITS = llguidance.LLParserLimits(verbose_errors=False)
 
 
 class LLConstraint(Constraint):
-    """A llguidance matcher as the engine's `Constraint`."""
+    """A llguidance matcher as the engine's `Constraint`. An EOS token where the grammar is
+    complete ends the output: it is held here, not consumed by the matcher (whose rollback does
+    not count it), and nothing but EOS follows it."""
 
     def __init__(self, matcher: llguidance.LLMatcher, eos_token_ids: frozenset[int]) -> None:
         self.matcher, self.eos_token_ids = matcher, eos_token_ids
+        self.ended = 0  # EOS tokens accepted since the grammar completed
 
     def fill(self, masks, row: int) -> None:
         words = masks[row]
+        if self.ended:
+            words.zero_()
+            for t in self.eos_token_ids:
+                words[t // 32] |= _bit(t % 32)
+            return
         self.matcher.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * 4)
         if self.matcher.is_error():
             raise GrammarError(f"the grammar failed: {self.matcher.get_error()}")
 
     def accept(self, token: int) -> bool:
         # try_consume_tokens leaves the matcher as it was when the token is forbidden
-        # (consume_token would put it in its error state for good); it never takes an EOS
-        # token, which ends the output where the grammar is complete
-        if self.matcher.try_consume_tokens([token]) == 1:
-            return True
-        return (token in self.eos_token_ids and self.matcher.is_accepting()
-                and self.matcher.consume_token(token))
+        # (consume_token would put it in its error state for good); it never takes EOS
+        if token in self.eos_token_ids:
+            if self.ended or self.matcher.is_accepting():
+                self.ended += 1
+                return True
+            return False
+        return not self.ended and self.matcher.try_consume_tokens([token]) == 1
 
     def rollback(self, tokens: int) -> None:
-        self.matcher.rollback(tokens)
+        held = min(tokens, self.ended)
+        self.ended -= held
+        if tokens > held:
+            self.matcher.rollback(tokens - held)
 
     def forced(self) -> list[int]:
-        return self.matcher.compute_ff_tokens()
+        return [] if self.ended else self.matcher.compute_ff_tokens()
+
+
+def _bit(b: int) -> int:
+    """Bit b of an int32 word, as a Python int that fits it (bit 31 is the sign)."""
+    return (1 << b) - (1 << 32) if b == 31 else 1 << b
 
 
 class LLGrammar(Grammar):

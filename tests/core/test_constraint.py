@@ -6,11 +6,14 @@ first row or leaves a sampled draft's q unrenormalized)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 from mock_target import MockTarget
 from test_distribution import (ALPHA, LENGTH, PLAIN_SEEDS, PROMPT, SPEC_SEEDS, T1, V,
-                               FixedDrafter, eagle_drafter, homogeneity_pvalue, suffix_drafter)
+                               FixedDrafter, draft_model, eagle_drafter, homogeneity_pvalue,
+                               suffix_drafter, target_model)
 
 import specdecode.core.engine
 from specdecode.core.batch import Request, generate_batch
@@ -19,7 +22,6 @@ from specdecode.core.cost import StepCost
 from specdecode.core.drafter import Draft, Drafter
 from specdecode.core.engine import generate
 from specdecode.core.masking import constrain, masks
-from specdecode.core.sampling import SamplingParams
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.draft_model import DraftModel
 from specdecode.drafters.lookup import PromptLookup
@@ -195,22 +197,8 @@ def test_without_the_grammar_greedy_output_breaks_the_rule():
 GRAMMAR = NoRepeatGrammar(V, lead=3, follow=1, skip=True)
 
 
-@pytest.fixture(scope="module")
-def target_model(tiny_llama):
-    from test_distribution import INIT, LAYERS, TARGET_SEED
-    return tiny_llama(TARGET_SEED, vocab=V, layers=LAYERS, init=INIT, max_positions=16)
-
-
-@pytest.fixture(scope="module")
-def draft_model(tiny_llama):
-    from test_distribution import DRAFT_SEED, INIT, LAYERS
-    return tiny_llama(DRAFT_SEED, vocab=V, layers=LAYERS, init=INIT, max_positions=16)
-
-
 def constrained_outcomes(target, drafter, k: int | None, seeds, nodes: int | None = None,
-                         batched: bool = False):
-    from collections import Counter
-
+                         batched: bool = False) -> Counter:
     configs = [GenerationConfig(LENGTH, T1, seed=seed, grammar=GRAMMAR) for seed in seeds]
     limit = (lambda: DraftLimit(nodes or k, k)) if k else (lambda: None)
     if batched:
