@@ -12,8 +12,8 @@ import pytest
 import torch
 from mock_target import MockTarget
 from test_distribution import (ALPHA, LENGTH, PLAIN_SEEDS, PROMPT, SPEC_SEEDS, T1, V,
-                               FixedDrafter, draft_model, eagle_drafter, homogeneity_pvalue,
-                               suffix_drafter, target_model)
+                               FixedDrafter, eagle_drafter, homogeneity_pvalue, suffix_drafter)
+from test_distribution import draft_model, target_model  # noqa: F401,F811 (their fixtures)
 
 import specdecode.core.engine
 from specdecode.core.batch import Request, generate_batch
