@@ -115,6 +115,16 @@ class GrammarCompiler:
                     raise GrammarError(f"grammars need a fast tokenizer: {exc}") from None
             return self._tokenizer
 
+    def compile(self, kind: str, source: Any = None) -> LLGrammar:
+        """By kind: "json_schema" (source: the schema), "json_object", "gbnf" or "lark" (the
+        grammar's text)."""
+        if kind == "json_object":
+            return self.json_object()
+        build = {"json_schema": self.json_schema, "gbnf": self.gbnf, "lark": self.lark}.get(kind)
+        if build is None:
+            raise GrammarError(f"unknown grammar kind {kind!r}")
+        return build(source)
+
     def json_schema(self, schema: Any) -> LLGrammar:
         """Output that is JSON valid against `schema` (a dict, or its JSON text)."""
         if isinstance(schema, str):

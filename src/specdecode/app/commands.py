@@ -41,8 +41,7 @@ def _grammar(args: argparse.Namespace, decoder: SpecDecoder) -> Grammar | None:
         text = Path(path).read_text()
     except OSError as exc:
         raise InvalidParameterError(f"cannot read {path}: {exc.strerror}") from None
-    return (decoder.grammars.json_schema(text) if args.json_schema
-            else decoder.grammars.gbnf(text))
+    return decoder.grammars.compile("json_schema" if args.json_schema else "gbnf", text)
 
 
 def generate(args: argparse.Namespace) -> int:

@@ -67,11 +67,11 @@ class Draft:
         (certain for an empty draft)."""
         assert self.q is None and self.tree.is_chain, "only deterministic chains extend"
         more = torch.tensor(tokens, dtype=torch.long)
-        chances = None
-        if self.chances is not None or not len(self):
-            last = float(self.chances[-1]) if len(self) else 1.0
-            chances = torch.cat([self.chances if len(self) else torch.empty(0),
-                                 torch.full((len(tokens),), last)])
+        chances = self.chances
+        if not len(self):
+            chances = torch.ones(len(tokens))
+        elif chances is not None:
+            chances = torch.cat([chances, chances[-1:].expand(len(tokens))])
         return Draft(torch.cat([self.tokens, more]), None, self.forwards, None, chances)
 
 

@@ -280,10 +280,4 @@ class EngineWorker:
 def _grammar(decoder: SpecDecoder, output_format: tuple[str, Any] | None) -> Grammar | None:
     """The compiled grammar of a request's output format (on the engine thread: the tokenizer
     is used there only); raises GrammarError for one that cannot be compiled."""
-    if output_format is None:
-        return None
-    kind, source = output_format
-    compiler = decoder.grammars
-    if kind == "json_object":
-        return compiler.json_object()
-    return compiler.json_schema(source) if kind == "json_schema" else compiler.gbnf(source)
+    return None if output_format is None else decoder.grammars.compile(*output_format)
