@@ -74,7 +74,12 @@ def constrain(constraint: Constraint, draft: Draft) -> tuple[Draft, int]:
     walk = _Walk(constraint, draft.tree)
     if len(draft):
         walk.to(len(draft) - 1)
-    forced = constraint.forced()
+    forced = []
+    for token in constraint.forced():  # the engine's forced span, as the matcher accepts it
+        if not constraint.accept(token):
+            break
+        forced.append(token)
+    constraint.rollback(len(forced))
     walk.home()
     return (draft.extended(forced), len(forced)) if forced else (draft, 0)
 

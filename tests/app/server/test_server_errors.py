@@ -71,10 +71,18 @@ BAD = {
         {"role": "user", "content": LONG_TEXT}]}, 400, None, "context window"),
     "chat_temperature_negative": (CH, {**M, "temperature": -1}, 400, "temperature", None),
     "unknown_field": (CH, {**M, "frobnicate": 1}, 400, "frobnicate", "unknown field"),
-    "tools_not_honoured_yet": (CH, {**M, "tools": []}, 400, "tools", "unknown field"),
+    "tools_on_a_template_without_them": (CH, {**M, "tools": [{"type": "function", "function": {
+        "name": "f"}}]}, 400, None, "describes no tool calls"),
+    "tool_choice_without_tools": (CH, {**M, "tool_choice": "required"}, 400, None,
+                                  "tool_choice needs tools"),
+    "tool_choice_malformed": (CH, {**M, "tool_choice": {"name": "f"}}, 400, "tool_choice", None),
+    "tool_call_arguments_not_json": (CH, {**M, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {
+            "name": "f", "arguments": "{"}}]}]}, 400, None, "not JSON"),
     "unknown_field_in_message": (CH, {**M, "messages": [{"role": "user", "content": "hi",
-                                                        "tool_call_id": "x"}]}, 400,
-                                 "messages.0.tool_call_id", "unknown field"),
+                                                        "nickname": "x"}]}, 400,
+                                 "messages.0.nickname", "unknown field"),
     "schema_invalid": (CH, {**M, "response_format": {"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "nonsense"}}}}, 400, None, "cannot be compiled"),
     "schema_not_an_object": (C, {**P, "json_schema": "{}"}, 400, "json_schema", None),

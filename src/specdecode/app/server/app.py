@@ -28,7 +28,7 @@ from ...drafters import DRAFTERS
 from ...errors import InvalidParameterError, KernelError, SpecDecodeError
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
-from . import responses
+from . import responses, tools
 from .guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
 from .metrics import RequestMetricsMiddleware, ServerMetrics
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
@@ -97,6 +97,7 @@ class ServerState:
     model_id: str  # what /v1/models reports and requests may name
     request_timeout: float
     created: int
+    tool_markers: tuple[str, str] | None  # `tools.markers` of the model (None: no tool calls)
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name not in (self.model_id, self.model.name):
@@ -135,7 +136,7 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
                   lifespan=lifespan)
     app.state.specdecode = ServerState(decoder.model, worker, metrics,
                                        model_id or decoder.model.name, request_timeout,
-                                       int(time.time()))
+                                       int(time.time()), tools.markers(decoder.model.tokenizer))
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: counts 401 and 413
     _add_error_handlers(app)
@@ -179,8 +180,18 @@ def _add_routes(app: FastAPI) -> None:
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         model = _state(request).model
-        messages = [{"role": m.role, "content": m.content} for m in body.messages]
-        return await _generate(request, body, _chat_prompt(model, messages), chat=True)
+        messages = tools.template_messages([m.to_template() for m in body.messages])
+        tools_in_prompt, output_format = body.tools_in_prompt, body.output_format
+        if tools_in_prompt:
+            marks = _state(request).tool_markers
+            if marks is None:
+                raise InvalidParameterError(tools.NO_TOOLS)
+            if body.forced_tool_calls:
+                output_format = ("lark", tools.call_grammar(
+                    tools_in_prompt, *body.forced_tool_calls, body.parallel_tool_calls, marks))
+        return await _generate(request, body, _chat_prompt(model, messages, tools_in_prompt),
+                               chat=True, output_format=output_format,
+                               tool_calls=bool(tools_in_prompt))
 
 
 def _model_card(state: ServerState) -> dict:
@@ -203,16 +214,18 @@ def _completion_prompt(model: LoadedModel, prompt: str | list[int]) -> Callable[
     return prepare
 
 
-def _chat_prompt(model: LoadedModel, messages: list[dict]) -> Callable[[], list[int]]:
-    """Prompt ids for /v1/chat/completions: the model's chat template, then the tokenizer with no
-    added special tokens (the template already wrote them)."""
+def _chat_prompt(model: LoadedModel, messages: list[dict],
+                 tool_list: list[dict] | None = None) -> Callable[[], list[int]]:
+    """Prompt ids for /v1/chat/completions: the model's chat template (describing `tool_list`
+    when given), then the tokenizer with no added special tokens (the template wrote them)."""
 
     def prepare() -> list[int]:
         tok = model.tokenizer
         if not getattr(tok, "chat_template", None):
             raise InvalidParameterError("this model has no chat template; use /v1/completions")
         try:
-            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            text = tok.apply_chat_template(messages, tools=tool_list, tokenize=False,
+                                           add_generation_prompt=True)
         except jinja2.TemplateError as exc:
             raise InvalidParameterError(f"the chat template rejected the messages: {exc}") from exc
         return tok(text, add_special_tokens=False)["input_ids"]
@@ -233,7 +246,11 @@ def _sampling_params(body: GenerationRequest, context_length: int, chat: bool) -
 
 
 async def _generate(request: Request, body: GenerationRequest,
-                    prepare: Callable[[], list[int]], chat: bool) -> Response:
+                    prepare: Callable[[], list[int]], chat: bool,
+                    output_format: tuple[str, Any] | None = None,
+                    tool_calls: bool = False) -> Response:
+    """Serve one generation; `output_format` constrains it, `tool_calls` parses the answer's
+    tool-call blocks into OpenAI's `tool_calls`."""
     state = _state(request)
     state.check_model(body.model)
     params = _sampling_params(body, state.model.context_length, chat)
@@ -243,13 +260,15 @@ async def _generate(request: Request, body: GenerationRequest,
     if method is not None and method not in DRAFTERS:
         raise APIError(400, f"unknown speculative method {method!r} (choose from "
                             f"{', '.join(sorted(DRAFTERS))})", param="speculative.method")
-    job = Job(prepare, method, caps, params, state.request_timeout, body.output_format)
+    job = Job(prepare, method, caps, params, state.request_timeout,
+              output_format or body.output_format)
     state.worker.submit(job)
     try:
         first = await _next_chunk(job, request)
         if body.stream:
             fmt = responses.Formatter(state.model_id, chat)
-            return _JobStream(_stream_events(job, first, fmt, body.include_usage_chunk), job)
+            return _JobStream(_stream_events(job, first, fmt, body.include_usage_chunk,
+                                             tool_calls), job)
         chunks = [first]
         while chunks[-1].finish_reason is None:
             chunks.append(await _next_chunk(job, request))
@@ -260,6 +279,12 @@ async def _generate(request: Request, body: GenerationRequest,
     fmt = responses.Formatter(state.model_id, chat)
     text = "".join(c.text for c in chunks)
     usage = responses.usage(job.prompt_tokens, last.stats, job.decoder, job.budget)
+    if tool_calls:
+        content, calls = tools.parse(text)
+        if calls:  # a cut answer keeps "length" (its unfinished block stays text)
+            finish = "tool_calls" if last.finish_reason == "stop" else last.finish_reason
+            return JSONResponse(fmt.response(content, finish, usage,
+                                             [c.to_dict() for c in calls]))
     return JSONResponse(fmt.response(text, last.finish_reason, usage))
 
 
@@ -274,20 +299,31 @@ async def _next_chunk(job: Job, request: Request) -> Chunk:
             raise APIError(499, "client closed the request", code="client_closed_request")
 
 
-async def _stream_events(job: Job, chunk: Chunk, fmt: responses.Formatter, usage_chunk: bool):
+async def _stream_events(job: Job, chunk: Chunk, fmt: responses.Formatter, usage_chunk: bool,
+                         tool_calls: bool = False):
     """The SSE body: deltas, a closing chunk with finish_reason and usage, [DONE]. An error after
-    the headers were sent is reported as an `error` event, as the OpenAI API does."""
+    the headers were sent is reported as an `error` event, as the OpenAI API does. With
+    `tool_calls`, text that may start a tool-call block is held until it is one (sent as a
+    call: its name, then its arguments) or is not (sent as text)."""
+    calls = tools.CallStream() if tool_calls else None
     try:
         if fmt.chat:
             yield responses.sse(fmt.chunk(role=True))
         while True:
-            if chunk.text:
-                yield responses.sse(fmt.chunk(chunk.text))
+            for part in calls.push(chunk.text) if calls else [chunk.text]:
+                for event in _delta_events(fmt, part, calls):
+                    yield event
             if chunk.finish_reason is not None:
                 break
             chunk = await job.next_event()
+        finish_reason = chunk.finish_reason
+        if calls:
+            for event in _delta_events(fmt, calls.flush(), calls):
+                yield event
+            if calls.calls and finish_reason == "stop":
+                finish_reason = "tool_calls"
         usage = responses.usage(job.prompt_tokens, chunk.stats, job.decoder, job.budget)
-        yield responses.sse(fmt.chunk(finish_reason=chunk.finish_reason, usage=usage))
+        yield responses.sse(fmt.chunk(finish_reason=finish_reason, usage=usage))
         if usage_chunk:
             yield responses.sse(fmt.usage_chunk(usage))
     except Exception as exc:
@@ -296,6 +332,17 @@ async def _stream_events(job: Job, chunk: Chunk, fmt: responses.Formatter, usage
     finally:
         job.cancel()
     yield responses.DONE
+
+
+def _delta_events(fmt: responses.Formatter, part: "str | tools.ToolCall",
+                  calls: tools.CallStream | None) -> list[str]:
+    """The SSE events of one streamed part: text, or a whole tool call. Blank text between tool
+    calls is not content."""
+    if isinstance(part, tools.ToolCall):
+        return [responses.sse(c) for c in fmt.tool_call_chunks(part.index, part.to_dict())]
+    if not part or (calls and calls.calls and not part.strip()):
+        return []
+    return [responses.sse(fmt.chunk(part))]
 
 
 class _JobStream(StreamingResponse):

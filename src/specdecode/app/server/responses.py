@@ -52,10 +52,14 @@ class Formatter:
     def _head(self, object: str) -> dict:
         return {"id": self.id, "object": object, "created": self.created, "model": self.model}
 
-    def response(self, text: str, finish_reason: str, usage: dict) -> dict:
+    def response(self, text: str | None, finish_reason: str, usage: dict,
+                 tool_calls: list[dict] | None = None) -> dict:
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": None, "finish_reason": finish_reason}
+            message = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            choice = {"index": 0, "message": message, "logprobs": None,
+                      "finish_reason": finish_reason}
             return {**self._head("chat.completion"), "choices": [choice], "usage": usage}
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
         return {**self._head("text_completion"), "choices": [choice], "usage": usage}
@@ -76,6 +80,16 @@ class Formatter:
         if usage is not None:
             obj["usage"] = usage
         return obj
+
+    def tool_call_chunks(self, index: int, call: dict) -> list[dict]:
+        """A streamed tool call as OpenAI streams one: its id and name, then its arguments."""
+        head = self._head("chat.completion.chunk")
+        first = {"index": index, "id": call["id"], "type": "function",
+                 "function": {"name": call["function"]["name"], "arguments": ""}}
+        rest = {"index": index, "function": {"arguments": call["function"]["arguments"]}}
+        return [{**head, "choices": [{"index": 0, "delta": {"tool_calls": [delta]},
+                                      "logprobs": None, "finish_reason": None}]}
+                for delta in (first, rest)]
 
     def usage_chunk(self, usage: dict) -> dict:
         """The extra last chunk OpenAI sends for stream_options.include_usage: no choices."""

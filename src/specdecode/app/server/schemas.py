@@ -187,9 +187,31 @@ class CompletionRequest(GenerationRequest):
         return self
 
 
+class FunctionCall(_Strict):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCallMessage(_Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Any = ""  # a string, or a list of {"type": "text", "text": ...} parts
+    tool_calls: list[ToolCallMessage] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool result's call (the template orders results by turn)
+
+    def to_template(self) -> dict:
+        """The message as chat templates take it."""
+        out = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
     @field_validator("content")
     @classmethod
@@ -205,9 +227,61 @@ class ChatMessage(_Strict):
                          '({"type": "text", "text": ...}); other parts are not supported')
 
 
+class FunctionDefinition(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema of the arguments
+    strict: bool | None = None  # calls constrained by the grammar are always valid
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
 class ChatCompletionRequest(GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None  # newer spelling of max_tokens
+    tools: list[Tool] | None = None
+    tool_choice: Any = None  # "none", "auto", "required" or {"type": "function", "function": {"name"}}
+    parallel_tool_calls: bool = True
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice(cls, choice: Any) -> Any:
+        if choice is None or choice in ("none", "auto", "required"):
+            return choice
+        if (isinstance(choice, dict) and choice.get("type") == "function"
+                and isinstance(choice.get("function"), dict)
+                and isinstance(choice["function"].get("name"), str) and len(choice) == 2
+                and len(choice["function"]) == 1):
+            return choice
+        raise ValueError('tool_choice must be "none", "auto", "required" or '
+                         '{"type": "function", "function": {"name": ...}}')
+
+    @model_validator(mode="after")
+    def _tools(self) -> "ChatCompletionRequest":
+        if self.tool_choice not in (None, "none") and not self.tools:
+            raise ValueError("tool_choice needs tools")
+        if self.forced_tool_calls and self.output_format is not None:
+            raise ValueError("a required tool call cannot also follow a response format")
+        return self
+
+    @property
+    def tools_in_prompt(self) -> list[dict] | None:
+        """The tools the template describes (none for tool_choice "none")."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+    @property
+    def forced_tool_calls(self) -> tuple[str | None] | None:
+        """(the named function, or None for any) when the answer must be tool calls."""
+        if self.tool_choice == "required":
+            return (None,)
+        if isinstance(self.tool_choice, dict):
+            return (self.tool_choice["function"]["name"],)
+        return None
 
     @property
     def token_limit(self) -> int | None:
