@@ -153,6 +153,27 @@ def test_greedy_constrained_speculative_output_equals_plain_constrained_greedy(d
     assert sum(r.stats.accepted for r in spec) > 0
 
 
+def test_a_draft_model_drafts_under_the_grammar_and_keeps_greedy_output(monkeypatch):
+    """The draft model masks its own logits and takes forced spans: the stage never has to cut
+    its proposals, and the output is plain constrained greedy's."""
+    import specdecode.core.masking as masking
+
+    cuts = []
+    real = masking.constrain
+
+    def counting(constraint, draft):
+        kept, forced = real(constraint, draft)
+        cuts.append(len(draft) + forced - len(kept))
+        return kept, forced
+
+    monkeypatch.setattr(specdecode.core.engine, "constrain", counting)
+    drafter = DraftModel(MockTarget(vocab=VOCAB, layers=1, max_length=256, seed=9))
+    plain = greedy_runs(NoDrafter(), None)
+    spec = greedy_runs(drafter, DraftLimit(5, 5))
+    assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
+    assert cuts and not any(cuts) and sum(r.stats.drafted for r in spec) > 0
+
+
 def test_greedy_constrained_tree_drafts_equal_plain_constrained_greedy():
     plain = greedy_runs(NoDrafter(), None)
     spec = greedy_runs(suffix_drafter(), DraftLimit(8, 4))

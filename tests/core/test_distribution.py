@@ -200,8 +200,8 @@ def test_a_reduced_vocabulary_q_left_at_its_own_columns_is_detected(monkeypatch,
     caught (the verifier would read tokens 1 and 3's probabilities at columns 0 and 1)."""
     real = specdecode.drafters.draft_model.draft_chain
 
-    def unscattered(forward, first, length, params, generator, vocabulary, vocab_size, stop):
-        draft = real(forward, first, length, params, generator, vocabulary, vocab_size, stop)
+    def unscattered(forward, first, length, params, generator, vocabulary, *rest):
+        draft = real(forward, first, length, params, generator, vocabulary, *rest)
         if draft.q is not None:
             draft.q = torch.nn.functional.pad(draft.q[:, vocabulary], (0, V - len(vocabulary)))
         return draft

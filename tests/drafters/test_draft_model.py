@@ -207,7 +207,7 @@ def test_a_step_drafted_from_a_match_leaves_the_draft_models_record_of_its_cache
 
     drafter = DraftModel(make_target(12), ngram=2)
     seq = SimpleNamespace(context=torch.tensor(PROMPT + [3, 1]), sampling=SamplingParams(),
-                          generator=None, drafter_state=None)
+                          generator=None, drafter_state=None, constraint=None)
     drafter.start(seq)
     budget = DraftBudget(4, 4)
     first = drafter.propose(seq, budget)  # the draft model drafts (nothing measured yet)
@@ -279,7 +279,7 @@ def test_after_a_tree_step_the_draft_models_cache_holds_the_path_the_context_too
     model = _native(tiny_llama)
     drafter = DraftModel(model, width=3)
     seq = SimpleNamespace(context=torch.tensor(PROMPT), sampling=SamplingParams(),
-                          generator=None, drafter_state=None)
+                          generator=None, drafter_state=None, constraint=None)
     drafter.start(seq)
     draft = drafter.propose(seq, DraftBudget(9, 4))
     deepest = max(range(len(draft)), key=lambda n: int(draft.tree.depths[n]))
@@ -306,7 +306,7 @@ def test_a_paused_draft_model_drafts_only_its_matches_and_runs_no_forward(make_t
 
     drafter = DraftModel(make_target(12), ngram=2)
     seq = SimpleNamespace(context=torch.tensor(PROMPT + [3, 1]), sampling=SamplingParams(),
-                          generator=None, drafter_state=None)
+                          generator=None, drafter_state=None, constraint=None)
     drafter.start(seq)
     paused = DraftBudget(4, 4, forwards=False)
     matched = drafter.propose(seq, paused)  # "3 1" went on "4 1 5 9" in the prompt
@@ -329,7 +329,7 @@ def test_the_draft_model_does_not_run_when_its_forward_costs_more_than_a_token_i
 
     drafter = DraftModel(make_target(12))
     seq = SimpleNamespace(context=torch.tensor(PROMPT), sampling=SamplingParams(),
-                          generator=None, drafter_state=None)
+                          generator=None, drafter_state=None, constraint=None)
     drafter.start(seq)
     drafter.clock.seconds = 0.01  # a draft-model forward: 10 ms
     alone = drafter.propose(seq, DraftBudget(4, 4, token_seconds=0.03))
@@ -349,7 +349,7 @@ def test_a_draft_model_priced_out_by_a_passing_slowdown_drafts_again_after_a_pro
 
     drafter = DraftModel(make_target(12))
     seq = SimpleNamespace(context=torch.tensor(PROMPT), sampling=SamplingParams(),
-                          generator=None, drafter_state=None)
+                          generator=None, drafter_state=None, constraint=None)
     drafter.start(seq)
     drafter.clock.seconds = 1.0  # what the slowdown left: a second a forward
     budget = DraftBudget(4, 4, token_seconds=0.03)

@@ -243,8 +243,9 @@ class DraftModel(Drafter):
             draft = draft_chain(lambda tokens: forward_last(model, state.cache, tokens),
                                 context[keep:], length, seq.sampling, seq.generator,
                                 vocabulary, self.vocab_size,
-                                budget.min_chance + forward_cost)
-            state.cached = torch.cat([context, draft.tokens[:draft.forwards - 1]])  # what it fed
+                                budget.min_chance + forward_cost, seq.constraint)
+            drafted_fed = state.cache.length - context.shape[0]  # the draft's tokens it fed
+            state.cached = torch.cat([context, draft.tokens[:drafted_fed]])
         self.clock.record(fed, time.perf_counter() - t0, draft.forwards)
         state.cost = draft.forwards * forward_cost
         return draft
