@@ -31,6 +31,7 @@ class Draft:
     # [N] float: each node's estimated chance of lying on the accepted path, nodes best first, so
     # that the step's budget (`core.budget`) can score a prefix; None: the draft is scored whole
     chances: torch.Tensor | None = None
+    forced: int = 0  # nodes a grammar forced within the drafter's own drafting (no choice made)
 
     @cached_property
     def tree(self) -> TokenTree:

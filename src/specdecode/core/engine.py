@@ -140,6 +140,7 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
         counts = (allocate(cost, drafts, prefill_rows, prefill_cached) if jointly
                   else [n for draft in drafts for n in allocate(cost, [draft])])
         for p, n in zip(planned, counts):
+            p.forced = max(p.forced - (len(p.draft) - n), 0)  # forced nodes are the last
             p.draft = p.draft.best(n)
         if jointly:
             shared = StepShape(rows + sum(counts), cached + sum(
@@ -193,7 +194,7 @@ def _constrained(seq: Sequence, draft: Draft, budget: DraftBudget) -> tuple[Draf
         keep = min(len(draft), budget.nodes, budget.depth)
         forced = max(forced - (len(draft) - keep), 0)
         draft = draft.best(keep)
-    seq.stats.forced += forced
+    seq.stats.forced += forced + draft.forced
     seq.stats.constraint_seconds += time.perf_counter() - t0
     return draft, forced
 

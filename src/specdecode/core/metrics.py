@@ -22,7 +22,9 @@ class RunStats:
     drafted_at: list[int] = field(default_factory=list)  # [i]: drafts that had a token at position i
     accepted_at: list[int] = field(default_factory=list)  # [i]: drafts whose token i was accepted
     accepted_histogram: list[int] = field(default_factory=list)  # [a]: steps that accepted a tokens
-    forced: int = 0  # draft tokens a grammar forced (among `drafted`; no drafter proposed them)
+    # draft tokens a grammar forced, as proposed (the step's budget may score fewer): spans the
+    # engine added and spans a drafter took whole instead of choosing
+    forced: int = 0
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0  # target forward + verification

@@ -109,7 +109,7 @@ def draft_chain(
     its state's one choice (q one-hot: the proposal is certain given the path), and fed in one
     forward."""
     tokens: list[int] = []
-    qs, chances = [], []
+    qs, chances, forced = [], [], 0
     logits, forwards, chance = forward(first)[-1], 1, 1.0
     size = vocab_size or logits.shape[-1]
     try:
@@ -117,6 +117,7 @@ def draft_chain(
             span = _forced_span(constraint, length - len(tokens)) if constraint else []
             if span:
                 tokens += span
+                forced += len(span)
                 chances += [chance] * len(span)
                 if not params.greedy:
                     qs += [torch.nn.functional.one_hot(torch.tensor(t), size).float()
@@ -155,7 +156,7 @@ def draft_chain(
         return Draft(torch.empty(0, dtype=torch.long), None, forwards)
     q = torch.stack(qs) if qs else None
     return Draft(torch.tensor(tokens, dtype=torch.long), q, forwards,
-                 chances=torch.tensor(chances))
+                 chances=torch.tensor(chances), forced=forced)
 
 
 def _forced_span(constraint: Constraint, room: int) -> list[int]:
