@@ -152,7 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--load-modes",
                    help="servers for --load: 'one at a time' (no batching), adaptive, always, "
                         "off (speculation in a batch; default: all four)")
-    b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy)")
+    b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy); a "
+                   "question with a \"json_schema\" (category \"structured\") is answered "
+                   "under that schema, and the report says how many tokens the grammar forced "
+                   "and what its masks cost")
 
     t = sub.add_parser("tune", help="measure drafting settings and save the fastest as defaults",
                        description="Search which layers layerskip should skip (once per model), "

@@ -113,3 +113,45 @@ def test_cross_request_memory_with_repeats_exits_2_with_one_line(bench_args, cap
     assert main(argv + ["--cross-request-memory", "--repeats", "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--repeats 1" in err and len(err.splitlines()) == 1
+
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}, "sure": {
+    "type": "boolean"}}, "required": ["answer", "sure"], "additionalProperties": False}
+
+
+def test_structured_questions_run_under_their_schema_and_report_the_grammar(tmp_path, capsys,
+                                                                           tiny_real_vocab_model):
+    questions = tmp_path / "structured.jsonl"
+    questions.write_text(json.dumps({"question_id": 7, "category": "structured",
+                                     "turns": ["Is water wet? Answer as JSON."],
+                                     "json_schema": SCHEMA}))
+    out = tmp_path / "out"
+    argv = ["bench", "--model", str(tiny_real_vocab_model), "--questions", str(questions),
+            "--methods", "ar,lookup", "--max-new-tokens", "24", "--repeats", "1", "--out",
+            str(out)]
+    assert main(argv) == 0
+    runs = records(out)
+    assert {r["group"] for r in runs} == {"structured output"}
+    # the random model writes what the grammar allows: the schema's own keys, in order
+    assert all(r["grammar_seconds"] > 0 for r in runs)
+    model_text = [r for r in runs if r["method"] == "ar"][0]
+    from specdecode.models import load_model
+    text = load_model(str(tiny_real_vocab_model)).decode(model_text["token_ids"])
+    assert text.startswith('{"answer": "')
+    lookup = [r for r in runs if r["method"] == "lookup"][0]
+    assert lookup["token_ids"] == model_text["token_ids"] and lookup["forced"] > 0
+    report = (out / "bench.md").read_text()
+    assert "## structured output (questions with a json_schema)" in report
+    summary = json.loads((out / "bench.json").read_text())["summary"]["overall"]
+    assert summary["lookup"]["forced_share"] > 0 and summary["ar"]["forced_share"] == 0
+    assert summary["lookup"]["grammar_ms_per_token"] > 0
+
+
+def test_structured_questions_refuse_the_peers(tmp_path, capsys, tiny_real_vocab_model):
+    questions = tmp_path / "structured.jsonl"
+    questions.write_text(json.dumps({"question_id": 7, "category": "structured",
+                                     "turns": ["Answer as JSON."], "json_schema": SCHEMA}))
+    argv = ["bench", "--model", str(tiny_real_vocab_model), "--questions", str(questions),
+            "--methods", "ar,hf", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert "leave out hf" in capsys.readouterr().err

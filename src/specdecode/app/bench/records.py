@@ -30,6 +30,8 @@ class Record:
     accepted_at: list[int] = field(default_factory=list)  # [i]: drafts whose token i was accepted
     token_ids: list[int] = field(default_factory=list)
     prefill_seconds: float | None = None  # of `seconds`; None for the transformers / llama.cpp peers
+    forced: int | None = None  # draft tokens a question's grammar forced (`RunStats.forced`)
+    grammar_seconds: float | None = None  # of `seconds`: the grammar's masks and matcher
 
     @property
     def key(self) -> tuple[int, int, str, int]:

@@ -37,7 +37,8 @@ def summarize(records: list[Record]) -> dict:
         for group in (first.group, "overall"):
             acc = rows.setdefault(group, {}).setdefault(method, dict(
                 tokens=0, seconds=0.0, decoding_seconds=0.0, forwards=0, confirmed=0, drafted=0,
-                accepted=0, prompts=0, mismatches=0, drafted_at=[], accepted_at=[]))
+                accepted=0, prompts=0, mismatches=0, drafted_at=[], accepted_at=[],
+                structured_tokens=0, structured_seconds=0.0, forced=0, grammar_seconds=0.0))
             acc["tokens"] += tokens
             acc["seconds"] += seconds
             if decoding is None or acc["decoding_seconds"] is None:
@@ -49,6 +50,11 @@ def summarize(records: list[Record]) -> dict:
             acc["confirmed"] += first.confirmed_tokens or 0
             acc["drafted"] += first.drafted or 0
             acc["accepted"] += first.accepted or 0
+            if first.grammar_seconds is not None:  # a question with a json_schema
+                acc["structured_tokens"] += first.new_tokens
+                acc["structured_seconds"] += seconds
+                acc["forced"] += first.forced or 0
+                acc["grammar_seconds"] += first.grammar_seconds
             _add_counts(acc["drafted_at"], first.drafted_at)
             _add_counts(acc["accepted_at"], first.accepted_at)
             if reference is not None:
@@ -62,6 +68,9 @@ def summarize(records: list[Record]) -> dict:
             acc["acceptance_rate"] = acc["accepted"] / acc["drafted"] if acc["drafted"] else None
             acc["acceptance_by_position"] = [a / d for a, d in
                                              zip(acc["accepted_at"], acc["drafted_at"]) if d]
+            n = acc["structured_tokens"]  # of structured questions: forced share, grammar time
+            acc["forced_share"] = acc["forced"] / n if n else None
+            acc["grammar_ms_per_token"] = 1e3 * acc["grammar_seconds"] / n if n else None
         for acc in by_method.values():
             for base in ("ar", "hf"):
                 if base in by_method and by_method[base]["tokens_per_second"]:
@@ -132,6 +141,17 @@ def format_report(summary: dict, info: dict, audit: list[dict] | None) -> str:
                 f" | {_fmt(acc.get('decoding_speedup_vs_ar'), '.2f')}"
                 f" | {_fmt(acc.get('speedup_vs_hf'), '.2f')} | {_fmt(acc['tau'], '.2f')} | "
                 f"{_fmt(acc['acceptance_rate'], '.0%')} | {mismatches} |")
+    structured = {name: acc for name, acc in summary.get("overall", {}).items()
+                  if acc.get("structured_tokens")}
+    if structured:
+        lines += ["", "## structured output (questions with a json_schema)", "",
+                  "| method | draft tokens the grammar forced, per output token | "
+                  "grammar ms per token | grammar share of the time |", "|---|---:|---:|---:|"]
+        for name, acc in structured.items():
+            share = (acc["grammar_seconds"] / acc["structured_seconds"]
+                     if acc["structured_seconds"] else None)
+            lines.append(f"| {name} | {acc['forced_share']:.0%} | "
+                         f"{acc['grammar_ms_per_token']:.2f} | {_fmt(share, '.1%')} |")
     if audit is not None:
         lines += ["", *format_audit(audit)]
     return "\n".join(lines)

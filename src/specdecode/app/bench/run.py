@@ -125,6 +125,10 @@ def run_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     store = RecordStore(out, settings, args.resume)
     questions = select(load_questions(args.questions), args.limit)
+    structured = [label for label, (m, _) in labels.items() if m in PEERS]
+    if structured and any("json_schema" in q for q in questions):
+        raise InvalidParameterError(f"questions with a json_schema run on our methods only: "
+                                    f"leave out {', '.join(structured)}")
     jobs = [(q, turn, r, label) for q in questions for turn in range(1, len(turns_of(q)) + 1)
             for r in range(args.repeats) for label in labels]
     prompts: dict[tuple[int, int], list[int]] = {}
@@ -144,7 +148,8 @@ def run_bench(args: argparse.Namespace) -> int:
                     {"role": "user", "content": turns[1]}])
         return prompts[key]
 
-    def run(label: str, ids: list[int], max_new: int, repeat: int) -> dict:
+    def run(label: str, ids: list[int], max_new: int, repeat: int,
+            schema: dict | None = None) -> dict:
         method, depth = labels[label]
         if label in program_peers:
             done = program_peers[label].generate(
@@ -163,14 +168,18 @@ def run_bench(args: argparse.Namespace) -> int:
                                             else None, assistant=assistant if method == "hf-assisted"
                                             else None)
             return dict(new_tokens=len(out_ids), seconds=seconds, token_ids=out_ids)
-        result = decoders[method].generate(ids, max_new_tokens=max_new, max_draft_depth=depth,
-                                           temperature=args.temperature, seed=repeat)
+        decoder = decoders[method]
+        grammar = None if schema is None else decoder.grammars.json_schema(schema)
+        result = decoder.generate(ids, max_new_tokens=max_new, max_draft_depth=depth,
+                                  temperature=args.temperature, seed=repeat, grammar=grammar)
         s = result.stats
         return dict(new_tokens=s.new_tokens, seconds=s.wall_seconds,
                     prefill_seconds=s.prefill_seconds, token_ids=result.token_ids,
                     target_forwards=s.target_forwards, confirmed_tokens=s.confirmed_tokens,
                     drafted=s.drafted, accepted=s.accepted, drafted_at=list(s.drafted_at),
-                    accepted_at=list(s.accepted_at))
+                    accepted_at=list(s.accepted_at),
+                    **({} if grammar is None else dict(forced=s.forced,
+                                                       grammar_seconds=s.constraint_seconds)))
 
     todo = [j for j in jobs if store.get((j[0]["question_id"], j[1], j[3], j[2])) is None]
     if todo:
@@ -183,7 +192,8 @@ def run_bench(args: argparse.Namespace) -> int:
         for q, turn, repeat, label in todo:  # interleaved: drifts in speed hit every method alike
             ids = prompt_ids(q, turn)
             store.add(Record(q["question_id"], turn, group_of(q), label, repeat,
-                             **run(label, ids, args.max_new_tokens, repeat)))
+                             **run(label, ids, args.max_new_tokens, repeat,
+                                   q.get("json_schema"))))
             bar.update()
     except KeyboardInterrupt:
         print(f"\ninterrupted: reporting what was measured; `--resume --out {out}` continues")

@@ -19,10 +19,13 @@ GROUPS = {
     "mathematical reasoning": {"math_reasoning"},
     "retrieval-augmented generation": {"rag"},
     "code generation": {"code"},  # not in Spec-Bench: HumanEval-style prompts of --questions files
+    # not in Spec-Bench: prompts of --questions files whose answer follows their "json_schema"
+    "structured output": {"structured"},
 }
 SHORT = {"multi-turn conversation": "mt-bench", "translation": "trans", "summarization": "sum",
          "question answering": "qa", "mathematical reasoning": "math",
-         "retrieval-augmented generation": "rag", "code generation": "code"}
+         "retrieval-augmented generation": "rag", "code generation": "code",
+         "structured output": "json"}
 # transformers generate() (plain, prompt lookup, draft model) on the same weights, and llama.cpp
 # (plain, prompt lookup) on the model's GGUF file
 LLAMA_CPP_PEERS = ("llamacpp", "llamacpp-lookup")  # through llama-cpp-python
