@@ -34,7 +34,7 @@ $(MODELS): $(STAMP) src/specdecode/models/parts.py
 	  $$($(PY) -c "from specdecode.models.parts import all_requirements as r; print(r())")
 	touch $(MODELS)
 
-# llama.cpp's own programs (llama-completion, llama-speculative-simple, llama-bench) for `bench`'s llamacpp-bin
+# llama.cpp's own programs (llama-completion, llama-speculative-simple, llama-bench, llama-server) for `bench`'s llamacpp-bin
 # peers and `bench --floor`, built with cmake from the llama.cpp tree that the llama-cpp-python
 # sdist vendors (from PyPI; ~15 minutes on 2 cores, once) into the cache bench looks in. Its AMX
 # matrix path is left out (-mno-amx-int8 outranks -march=native; a no-op without AMX): on this
@@ -45,7 +45,7 @@ SPECDECODE_CACHE ?= $(HOME)/.cache/specdecode
 PEERS_DIR := $(SPECDECODE_CACHE)/llama.cpp
 PEERS_SRC := $(PEERS_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp
 
-peers: $(PEERS_DIR)/build/bin/llama-completion
+peers: $(PEERS_DIR)/build/bin/llama-completion $(PEERS_DIR)/build/bin/llama-server
 
 $(PEERS_DIR)/build/bin/llama-completion: | $(STAMP)
 	mkdir -p $(PEERS_DIR)
@@ -53,8 +53,14 @@ $(PEERS_DIR)/build/bin/llama-completion: | $(STAMP)
 	tar xzf $(PEERS_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C $(PEERS_DIR)
 	cmake -S $(PEERS_SRC) -B $(PEERS_DIR)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
 	  -DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8 \
-	  -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF
+	  -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON
 	cmake --build $(PEERS_DIR)/build -j2 --target llama-bench llama-speculative-simple llama-completion
+
+# llama.cpp's own server, the peer of `specdecode serve` (structured output: its json_schema);
+# a build configured before it was added is configured again with the server on
+$(PEERS_DIR)/build/bin/llama-server: $(PEERS_DIR)/build/bin/llama-completion
+	cmake -S $(PEERS_SRC) -B $(PEERS_DIR)/build -DLLAMA_BUILD_SERVER=ON
+	cmake --build $(PEERS_DIR)/build -j2 --target llama-server
 
 # The pair speculation is for: Qwen2.5-Coder-1.5B (Q4_K_M) drafted by its 0.5B, on a code task,
 # speculative (the 1.5B's default, `draft`) against plain decoding. One prompt is one sample: the
