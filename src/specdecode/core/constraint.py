@@ -51,6 +51,17 @@ class Constraint(ABC):
         """Tokens the rule forces next, whatever the model says (none: no jump-forward)."""
         return []
 
+    def take_forced(self, room: int | None = None) -> list[int]:
+        """Accept the forced span (at most `room` tokens) as far as the matcher takes it (a
+        grammar engine's forced tokenization may differ from what its matcher accepts); returns
+        the tokens accepted."""
+        taken = []
+        for token in self.forced()[:room]:
+            if not self.accept(token):
+                break
+            taken.append(token)
+        return taken
+
 
 class Grammar(ABC):
     """A compiled rule, shared by the requests that use it; each gets its own matcher."""

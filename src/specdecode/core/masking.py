@@ -60,27 +60,19 @@ def constrain(constraint: Constraint, draft: Draft) -> tuple[Draft, int]:
     allowed set (`renormalize`), and a node drawn from q and kept only when allowed is a draw
     from that renormalized q. Forced tokens extend only deterministic drafts: appended to a
     sampled chain they would make the draw a mixture whose q the verifier does not know."""
+    chain = draft.q is None and draft.tree.is_chain
     walk, keep, cut = _Walk(constraint, draft.tree), [], set()
     for i, parent in enumerate(walk.parents):
         if parent in cut or not walk.to(i):
             cut.add(i)
         else:
             keep.append(i)
+    # a chain's walk stands at its last kept node: the forced span continues from there
+    forced = constraint.take_forced() if chain else []
+    constraint.rollback(len(forced))
     walk.home()
     if len(keep) != len(draft):
         draft = draft.keep(keep)
-    if draft.q is not None or not draft.tree.is_chain:
-        return draft, 0
-    walk = _Walk(constraint, draft.tree)
-    if len(draft):
-        walk.to(len(draft) - 1)
-    forced = []
-    for token in constraint.forced():  # the engine's forced span, as the matcher accepts it
-        if not constraint.accept(token):
-            break
-        forced.append(token)
-    constraint.rollback(len(forced))
-    walk.home()
     return (draft.extended(forced), len(forced)) if forced else (draft, 0)
 
 

@@ -114,7 +114,7 @@ def draft_chain(
     size = vocab_size or logits.shape[-1]
     try:
         while len(tokens) < length:
-            span = _forced_span(constraint, length - len(tokens)) if constraint else []
+            span = constraint.take_forced(length - len(tokens)) if constraint else []
             if span:
                 tokens += span
                 forced += len(span)
@@ -157,16 +157,6 @@ def draft_chain(
     q = torch.stack(qs) if qs else None
     return Draft(torch.tensor(tokens, dtype=torch.long), q, forwards,
                  chances=torch.tensor(chances), forced=forced)
-
-
-def _forced_span(constraint: Constraint, room: int) -> list[int]:
-    """The grammar's forced tokens that its matcher accepts, at most `room`, accepted."""
-    span = []
-    for token in constraint.forced()[:room]:
-        if not constraint.accept(token):
-            break
-        span.append(token)
-    return span
 
 
 def _masked(constraint: Constraint, logits: torch.Tensor, vocabulary: torch.Tensor | None,
