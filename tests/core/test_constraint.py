@@ -24,6 +24,7 @@ from specdecode.core.engine import generate
 from specdecode.core.masking import constrain, masks
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.draft_model import DraftModel
+from specdecode.drafters.layerskip import LayerSkip
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
 from specdecode.models.decoder import NativeDecoder
@@ -132,8 +133,8 @@ def test_masks_give_every_row_the_state_after_its_path():
 VOCAB = 16
 
 
-def greedy_runs(drafter, limit, cost=None, grammar=None):
-    t = MockTarget(vocab=VOCAB, layers=2, max_length=256, seed=5)
+def greedy_runs(drafter, limit, cost=None, grammar=None, target=None):
+    t = target or MockTarget(vocab=VOCAB, layers=2, max_length=256, seed=5)
     grammar = grammar or NoRepeatGrammar(VOCAB, lead=3, follow=1)
     prompts = [[3, 1, 4, 1, 5, 9, 2, 6] * 3, [1, 2, 3] * 8, [7, 7, 8, 9, 3, 1, 3, 1] * 2]
     return [generate(t, drafter, p, GenerationConfig(40, grammar=grammar),
@@ -153,9 +154,16 @@ def test_greedy_constrained_speculative_output_equals_plain_constrained_greedy(d
     assert sum(r.stats.accepted for r in spec) > 0
 
 
-def test_a_draft_model_drafts_under_the_grammar_and_keeps_greedy_output(monkeypatch):
-    """The draft model masks its own logits and takes forced spans: the stage never has to cut
-    its proposals, and the output is plain constrained greedy's."""
+DRAFTING_MODELS = {  # drafters that run a model: they draft under the grammar themselves
+    "draft": lambda target: DraftModel(MockTarget(vocab=VOCAB, layers=1, max_length=256, seed=9)),
+    "layerskip": lambda target: LayerSkip(target, (0,)),
+}
+
+
+@pytest.mark.parametrize("name", DRAFTING_MODELS)
+def test_a_drafting_model_drafts_under_the_grammar_and_keeps_greedy_output(monkeypatch, name):
+    """The drafter masks its own logits and takes forced spans: the stage never has to cut its
+    proposals, and the output is plain constrained greedy's."""
     import specdecode.core.masking as masking
 
     cuts = []
@@ -167,9 +175,9 @@ def test_a_draft_model_drafts_under_the_grammar_and_keeps_greedy_output(monkeypa
         return kept, forced
 
     monkeypatch.setattr(specdecode.core.engine, "constrain", counting)
-    drafter = DraftModel(MockTarget(vocab=VOCAB, layers=1, max_length=256, seed=9))
     plain = greedy_runs(NoDrafter(), None)
-    spec = greedy_runs(drafter, DraftLimit(5, 5))
+    target = MockTarget(vocab=VOCAB, layers=2, max_length=256, seed=5)
+    spec = greedy_runs(DRAFTING_MODELS[name](target), DraftLimit(5, 5), target=target)
     assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
     assert cuts and not any(cuts) and sum(r.stats.drafted for r in spec) > 0
 
