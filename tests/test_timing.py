@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from specdecode import timing
 from specdecode.core.cost import StepCost
 from specdecode.models.cache import StaticKVCache
@@ -30,10 +32,24 @@ def test_the_measured_curve_covers_the_row_counts_the_window_allows(tiny_llama):
     target = NativeDecoder.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=256))
     cost = measure(target, repeats=2)
     assert cost.rows == (1, 2, 4, 8, 16, 32, 64) and all(s > 0 for s in cost.seconds)
-    assert cost.per_cached >= 0
     # the small row counts again, after as long a context as the window leaves room for
     assert cost.long_context == 256 - 9 and len(cost.long_seconds) == 4
     assert all(s > 0 for s in cost.long_seconds)
+
+
+def test_per_cached_is_what_a_row_adds_per_cached_token(tiny_llama, monkeypatch):
+    """Steps whose time grows by 2e-7 s a row and cached token (and a fixed time per row): the
+    curve's per_cached is that figure; a curve that shrinks with the context (noise) gives 0."""
+    target = NativeDecoder.from_hf(tiny_llama(3, vocab=64, layers=2, max_positions=2048))
+
+    def steps(per_cached):
+        return lambda target, rows, context, repeats: {
+            r: 0.01 + 0.001 * r + per_cached * r * context for r in rows}
+
+    monkeypatch.setattr(timing, "step_seconds", steps(2e-7))
+    assert measure(target).per_cached == pytest.approx(2e-7)
+    monkeypatch.setattr(timing, "step_seconds", steps(-1e-7))  # noise: longer seemed faster
+    assert measure(target).per_cached == 0.0
 
 
 def load(tiny_llama, seed: int) -> SimpleNamespace:

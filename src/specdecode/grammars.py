@@ -115,6 +115,16 @@ class GrammarCompiler:
                     raise GrammarError(f"grammars need a fast tokenizer: {exc}") from None
             return self._tokenizer
 
+    def ready(self) -> "GrammarCompiler":
+        """Set up the tokenizer now (it reads the model's tokenizer, which only one thread may
+        use): compiling from other threads is safe after this. A tokenizer grammars cannot use
+        is left to refuse each request that asks for one."""
+        try:
+            self.tokenizer
+        except GrammarError:
+            pass
+        return self
+
     def compile(self, kind: str, source: Any = None) -> LLGrammar:
         """By kind: "json_schema" (source: the schema), "json_object", "gbnf" or "lark" (the
         grammar's text)."""
@@ -134,7 +144,10 @@ class GrammarCompiler:
                 raise GrammarError(f"the JSON schema is not JSON: {exc}") from None
         if not isinstance(schema, (dict, bool)):
             raise GrammarError("a JSON schema must be an object")
-        text = json.dumps(schema)  # key order is output order: never sorted
+        try:
+            text = json.dumps(schema)  # key order is output order: never sorted
+        except RecursionError:
+            raise GrammarError("the JSON schema is nested too deeply") from None
         return self._compiled("json_schema", text, lambda: llguidance.LLMatcher
                               .grammar_from_json_schema(text, defaults=JSON_OPTIONS))
 

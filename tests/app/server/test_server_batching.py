@@ -3,6 +3,7 @@ alone, many clients at once lose nothing, and the metrics show the batch."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -87,3 +88,41 @@ def test_metrics_show_the_batch_and_its_rows(server):
     assert values["specdecode_step_rows_total"] >= values["specdecode_steps_total"]
     assert values["specdecode_prefill_rows_total"] > 0
     assert "specdecode_batch_size" in values and "specdecode_draft_rows_total" in values
+
+
+def test_a_slow_grammar_compile_holds_its_request_only(served_model, monkeypatch):
+    """A schema is compiled beside the engine, not on its thread: while one compiles for seconds,
+    another request is answered."""
+    import threading
+
+    from specdecode.grammars import grammar_compiler
+
+    compiler = grammar_compiler(served_model)
+    real = compiler.compile
+    slow_schema = {"type": "object", "properties": {"slow": {"type": "string"}}}
+    started = threading.Event()
+
+    def slow(kind, source=None):
+        if source == slow_schema:
+            started.set()
+            time.sleep(3)
+        return real(kind, source)
+
+    monkeypatch.setattr(compiler, "compile", slow)
+    with running(create_app(served_model)) as srv, httpx.Client(base_url=srv.url,
+                                                                 timeout=60) as client:
+        done = {}
+
+        def post_slow():
+            r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4,
+                                                     "json_schema": slow_schema})
+            done["slow"] = (time.monotonic(), r.status_code)
+
+        thread = threading.Thread(target=post_slow)
+        thread.start()
+        assert started.wait(30)
+        r = client.post("/v1/completions", json={"prompt": "hello", "max_tokens": 4})
+        done["fast"] = (time.monotonic(), r.status_code)
+        thread.join()
+    assert done["fast"][1] == done["slow"][1] == 200
+    assert done["fast"][0] < done["slow"][0]

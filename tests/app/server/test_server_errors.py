@@ -177,3 +177,22 @@ def test_a_failed_step_answers_its_request_with_the_kernels_line_and_the_server_
         assert "kernel attention failed with status 2" in failed.json()["error"]["message"]
         served = client.post(srv.v1 + "/completions", json=body)
     assert served.status_code == 200 and served.json()["usage"]["completion_tokens"] >= 1
+
+
+def deep_schema(depth: int) -> bytes:
+    return (b'{"prompt": "hi", "max_tokens": 4, "json_schema": '
+            + b'{"type": "array", "items": ' * depth + b'{"type": "string"}' + b"}" * depth + b"}")
+
+
+@pytest.mark.parametrize("depth", [200, 5000])
+def test_a_schema_nested_too_deeply_is_a_400(client, depth):
+    r = client.post(C, content=deep_schema(depth), headers={"Content-Type": "application/json"})
+    assert_openai_error(r, 400)
+    assert client.get("/health").status_code == 200
+
+
+def test_a_schema_beyond_the_grammar_engines_limits_is_a_400(client):
+    schema = {"enum": [f"v{i}" for i in range(300_000)]}
+    r = client.post(C, json={**P, "json_schema": schema})
+    error = assert_openai_error(r, 400)
+    assert "too big" in error["message"]

@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ...core.engine import Chunk, Speculation
 from ...drafters import DRAFTERS
 from ...errors import InvalidParameterError, KernelError, SpecDecodeError
+from ...grammars import GrammarCompiler
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
 from . import responses, tools
@@ -98,6 +99,7 @@ class ServerState:
     request_timeout: float
     created: int
     tool_markers: tuple[str, str] | None  # `tools.markers` of the model (None: no tool calls)
+    grammars: GrammarCompiler  # the model's, its tokenizer set up before serving
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name not in (self.model_id, self.model.name):
@@ -136,7 +138,8 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
                   lifespan=lifespan)
     app.state.specdecode = ServerState(decoder.model, worker, metrics,
                                        model_id or decoder.model.name, request_timeout,
-                                       int(time.time()), tools.markers(decoder.model.tokenizer))
+                                       int(time.time()), tools.markers(decoder.model.tokenizer),
+                                       decoder.grammars.ready())
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: counts 401 and 413
     _add_error_handlers(app)
@@ -260,8 +263,12 @@ async def _generate(request: Request, body: GenerationRequest,
     if method is not None and method not in DRAFTERS:
         raise APIError(400, f"unknown speculative method {method!r} (choose from "
                             f"{', '.join(sorted(DRAFTERS))})", param="speculative.method")
-    job = Job(prepare, method, caps, params, state.request_timeout,
-              output_format or body.output_format)
+    output_format = output_format or body.output_format
+    # compiled here, on a thread of its own (llguidance releases the GIL): a slow schema holds
+    # this request only, never the engine thread and the requests streaming there
+    grammar = (None if output_format is None else
+               await asyncio.to_thread(state.grammars.compile, *output_format))
+    job = Job(prepare, method, caps, params, state.request_timeout, grammar)
     state.worker.submit(job)
     try:
         first = await _next_chunk(job, request)

@@ -77,9 +77,9 @@ class Job:
 
     def __init__(self, prepare: Callable[[], list[int]], method: str | None,
                  caps: tuple[int | None, int | None], params: dict, timeout: float,
-                 output_format: tuple[str, Any] | None = None) -> None:
+                 grammar: Grammar | None = None) -> None:
         self.prepare, self.method, self.caps, self.params = prepare, method, caps, params
-        self.output_format = output_format  # (kind, schema or text) the output must match
+        self.grammar = grammar  # what the output must match (compiled by the handler)
         self.created = time.monotonic()
         self.deadline = self.created + timeout
         self.prompt_tokens = 0  # set by the worker before the first chunk is sent
@@ -230,7 +230,7 @@ class EngineWorker:
                 job.prompt_tokens = len(ids)
                 seq = batch.join(decoder.request(ids, max_draft_nodes=job.budget.nodes,
                                                  max_draft_depth=job.budget.depth,
-                                                 grammar=_grammar(decoder, job.output_format),
+                                                 grammar=job.grammar,
                                                  **job.params))
             except SpecDecodeError as exc:
                 job.send(exc)
@@ -276,8 +276,3 @@ class EngineWorker:
                 self.metrics.observe_run(job.decoder.method, chunk.finish_reason, chunk.stats)
                 del self._running[id(seq)]
 
-
-def _grammar(decoder: SpecDecoder, output_format: tuple[str, Any] | None) -> Grammar | None:
-    """The compiled grammar of a request's output format (on the engine thread: the tokenizer
-    is used there only); raises GrammarError for one that cannot be compiled."""
-    return None if output_format is None else decoder.grammars.compile(*output_format)
