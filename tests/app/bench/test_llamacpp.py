@@ -1,7 +1,11 @@
-"""The llama.cpp peers: left out with a note where they cannot run, reproducible where they can."""
+"""The llama.cpp peers: left out with a note where they cannot run, reproducible where they can;
+the in-process binding runs in a child process, so a crash there (a segfault in llama.cpp) is one
+line in the report while the benchmark keeps the other methods' rows and exits 0."""
 
+import functools
 import json
 
+import peer_children
 import pytest
 
 from specdecode.app.bench import llamacpp
@@ -35,3 +39,36 @@ def test_llamacpp_greedy_is_reproducible_stops_at_max_new_and_drops_eos(default_
     assert first == again and 0 < len(first) <= 24 and seconds > 0
     assert not set(first) & real_model.eos_token_ids
     assert real_model.decode(first).strip()
+
+
+def test_the_peer_answers_through_its_child():
+    peer = llamacpp.LlamaCppPeer("model.gguf", 1, 64, serve=peer_children.echo)
+    assert peer.generate([5, 6, 7], 2, 0.0, 0, frozenset({2})) == ([5, 6], 0.001)
+    peer.close()
+    assert not peer.process.is_alive()
+
+
+def test_a_crashed_child_is_one_line_and_stays_crashed():
+    peer = llamacpp.LlamaCppPeer("model.gguf", 1, 64, serve=peer_children.segfault)
+    for _ in range(2):
+        with pytest.raises(llamacpp.PeerCrashed, match="crashed with signal 11"):
+            peer.generate([5, 6, 7], 2, 0.0, 0, frozenset({2}))
+
+
+@pytest.mark.real_model
+def test_bench_keeps_the_other_rows_when_the_peer_crashes(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(llamacpp, "installed", lambda: True)
+    monkeypatch.setattr(llamacpp, "LlamaCppPeer",
+                        functools.partial(llamacpp.LlamaCppPeer, serve=peer_children.segfault))
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "qa",
+                                     "turns": ["Why is the sky blue?"]}))
+    out = tmp_path / "out"
+    assert main(["bench", "--model", "smollm2-135m", "--questions", str(questions),
+                 "--methods", "ar,llamacpp", "--max-new-tokens", "4", "--repeats", "1",
+                 "--out", str(out)]) == 0
+    assert "llamacpp: crashed with signal 11; its rows are left out" in capsys.readouterr().err
+    report = (out / "bench.md").read_text()
+    assert "crashed with signal 11, its rows left out" in report
+    summary = json.loads((out / "bench.json").read_text())["summary"]["overall"]
+    assert list(summary) == ["ar"] and summary["ar"]["prompts"] == 1

@@ -181,19 +181,32 @@ def run_bench(args: argparse.Namespace) -> int:
                     **({} if grammar is None else dict(forced=s.forced,
                                                        grammar_seconds=s.constraint_seconds)))
 
+    crashed: dict[str, str] = {}  # label -> how its peer's process died
+
+    def measured(label: str, *run_args) -> dict | None:
+        """`run`, or None once the label's peer has crashed (said once, on stderr)."""
+        if label in crashed:
+            return None
+        try:
+            return run(label, *run_args)
+        except llamacpp.PeerCrashed as exc:
+            crashed[label] = str(exc)
+            print(f"\nbench: {label}: {exc}; its rows are left out", file=sys.stderr)
+            return None
+
     todo = [j for j in jobs if store.get((j[0]["question_id"], j[1], j[3], j[2])) is None]
     if todo:
         # not a benchmark prompt: a memory of earlier outputs must not have seen any of them
         warm = model.encode_prompt("Say hello.")
         for label in labels:  # one-time allocations are not part of any measurement
-            run(label, warm, 4, 0)
+            measured(label, warm, 4, 0)
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc="bench", unit="run")
     try:
         for q, turn, repeat, label in todo:  # interleaved: drifts in speed hit every method alike
-            ids = prompt_ids(q, turn)
-            store.add(Record(q["question_id"], turn, group_of(q), label, repeat,
-                             **run(label, ids, args.max_new_tokens, repeat,
-                                   q.get("json_schema"))))
+            result = measured(label, prompt_ids(q, turn), args.max_new_tokens, repeat,
+                              q.get("json_schema"))
+            if result is not None:
+                store.add(Record(q["question_id"], turn, group_of(q), label, repeat, **result))
             bar.update()
     except KeyboardInterrupt:
         print(f"\ninterrupted: reporting what was measured; `--resume --out {out}` continues")
@@ -203,11 +216,12 @@ def run_bench(args: argparse.Namespace) -> int:
         for turn in range(1, len(turns_of(q)) + 1):
             if store.get((q["question_id"], 1, "ar", 0)) is not None:
                 prompt_ids(q, turn)
-    records = store.all()
+    records = [r for r in store.all() if r.method not in crashed]
     info = {"model": model.name, "backend": model.backend, "dtype": model.weights,
             "temperature": args.temperature, "limit": args.limit, "repeats": args.repeats,
             "max_new_tokens": args.max_new_tokens,
             "methods": {label: _describe(label, labels, decoders, program_peers, args)
+                        + (f" — {crashed[label]}, its rows left out" if label in crashed else "")
                         for label in labels},
             "machine": {**machine_info(), "kernels": model.kernels}}
     cost = next((d.cost for d in decoders.values() if d.cost), None)
@@ -243,11 +257,9 @@ def _describe(label: str, labels: dict, decoders: dict, program_peers: dict, arg
     if method == "hf":
         return "transformers generate()"
     if method in LLAMA_CPP_PEERS:
-        from importlib.metadata import version
-
         lookup = (f", prompt lookup drafting {args.hf_lookup_tokens}"
                   if method == "llamacpp-lookup" else "")
-        return (f"llama.cpp (llama-cpp-python {version('llama-cpp-python')}) on "
+        return (f"llama.cpp (llama-cpp-python {llamacpp.binding_version()}) on "
                 f"{gguf_file(args.model).name}{lookup}: its quantized kernels, not in the equality "
                 "audit")
     tuned = " (tuned profile)" if decoders[method].spec.note else ""
