@@ -5,6 +5,7 @@ grammar's forced spans left out of the drafts (`LLConstraint.forced` returning n
 ratios from one run, every output checked against its schema and against plain's tokens.
 
     .venv/bin/python docs/benchmarks/grammar/extraction.py > docs/benchmarks/grammar/extraction.txt
+    .venv/bin/python docs/benchmarks/grammar/extraction.py lookup > .../extraction-lookup.txt
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import platform
 import statistics
 import subprocess
+import sys
 import time
 
 import jsonschema
@@ -96,15 +98,16 @@ def main() -> None:
                             text=True).stdout.strip()
     cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                if line.startswith("model name"))
-    plain, spec = SpecDecoder.load("qwen2.5-coder-1.5b", "ar"), None
-    spec = SpecDecoder(plain.model)  # the model's default method
+    plain = SpecDecoder.load("qwen2.5-coder-1.5b", "ar")
+    spec = SpecDecoder(plain.model, sys.argv[1] if len(sys.argv) > 1 else None)  # default: the
+    # model's default method
     print(f"# commit {commit}; {cpu}; {platform.machine()}; {plain.model.kernels}; "
-          f"default method {spec.describe()}")
+          f"method {spec.describe()}")
     run(plain, CASES[:1]), run(spec, CASES[:1])  # warm-up: first forwards, grammar set-up
     forced = LLConstraint.forced
     rows = {}
-    for name, decoder, free in (("ar", plain, True), ("default", spec, True),
-                                ("default, no grammar drafts", spec, False)):
+    for name, decoder, free in (("ar", plain, True), (spec.method, spec, True),
+                                (f"{spec.method}, no grammar drafts", spec, False)):
         LLConstraint.forced = forced if free else (lambda self: [])
         t0 = time.perf_counter()
         rows[name] = (run(decoder, CASES), time.perf_counter() - t0)
@@ -125,7 +128,7 @@ def main() -> None:
               f"forced drafts {forced_n:4d} ({forced_n / tokens:4.0%} of tokens)  "
               f"grammar {mask_ms:5.2f} ms/token (median step {step_ms:5.1f} ms)  "
               f"valid {valid}/{len(CASES)}  same as ar {same}/{len(CASES)}")
-    for (schema, text), r in zip(CASES, rows["default"][0]):
+    for (schema, text), r in zip(CASES, rows[spec.method][0]):
         print(f"  {r.finish_reason:6s} {r.text}")
 
 
