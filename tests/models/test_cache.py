@@ -188,7 +188,7 @@ def test_draft_model_cache_reuse_gives_same_greedy_draft_as_from_scratch(backend
 
     def sequence(context: list[int], drafter: DraftModel) -> SimpleNamespace:
         seq = SimpleNamespace(context=torch.tensor(context), sampling=SamplingParams(),
-                              generator=None, drafter_state=None)
+                              generator=None, drafter_state=None, constraint=None)
         drafter.start(seq)
         return seq
 
