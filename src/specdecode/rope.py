@@ -6,6 +6,12 @@ from __future__ import annotations
 import torch
 
 
+def head_dim(config) -> int:
+    """The width of an attention head of a transformers config: its `head_dim`, else the hidden
+    size over the heads. Rotary tables, KV caches, scales and layer shapes all read it here."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def frequencies(config, factors: torch.Tensor | None = None,
                 layer_type: str | None = None) -> tuple[torch.Tensor, float]:
     """Inverse frequencies [d / 2] and the cos/sin scale of a transformers config:
@@ -20,7 +26,7 @@ def frequencies(config, factors: torch.Tensor | None = None,
     rope = rope.get(layer_type, rope)
     rope_type = rope.get("rope_type", "default")
     if rope_type == "default":
-        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dim = head_dim(config)
         exponents = torch.arange(0, dim, 2, dtype=torch.float) / dim
         inv_freq, scale = 1.0 / (rope["rope_theta"] ** exponents), 1.0
     else:
@@ -39,11 +45,6 @@ def tables(inv_freq: torch.Tensor, scale: float, length: int) -> tuple[torch.Ten
     freqs = torch.outer(torch.arange(length, dtype=torch.float32), inv_freq)
     angles = torch.cat([freqs, freqs], dim=-1)
     return angles.cos() * scale, angles.sin() * scale
-
-
-def config_tables(config, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`tables` for a transformers config: what the model built from it uses."""
-    return tables(*frequencies(config), length)
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

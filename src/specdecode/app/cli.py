@@ -14,6 +14,7 @@ from ..core.engine import MAX_BATCH, SPECULATION
 from ..drafters import DRAFTERS
 from ..errors import InvalidParameterError, SpecDecodeError
 from ..models import DEFAULT_MODEL
+from ..models.loader import DTYPE_CHOICES
 from ..spec import DEFAULT_METHOD, DEFAULT_WITH_DRAFTER
 from .export import DEFAULT_VERIFIER, FORMATS
 from .options import add_drafter_arguments
@@ -33,7 +34,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="native (the families in models/families: Llama, Mistral, Qwen2, Qwen3, "
                         "Qwen3-MoE, Gemma 3) or transformers (default: native when supported)")
     p.add_argument("--dtype", default="auto",
-                   choices=["auto", "float32", "bfloat16", "q8_0", "q4_0"],
+                   choices=DTYPE_CHOICES,
                    help="what the target's matrices are held in: auto = a GGUF file's own block "
                         "formats (fp32 for other models); float32 or bfloat16 dequantizes them; "
                         "q8_0 or q4_0 quantizes any model's matrices on load, as llama.cpp "

@@ -25,7 +25,7 @@ from .. import kernels as kernel_paths
 from ..core.tree import TokenTree
 from ..kernels import ROW_INVARIANT_ROWS, CacheRows, DecoderLayer, Kernels, StackShape
 from ..quant import FORMATS, QuantTensor, decode
-from ..rope import frequencies, tables
+from ..rope import frequencies, head_dim, tables
 from . import families
 from .cache import StaticKVCache
 from .gguf import ROPE_FACTORS
@@ -58,7 +58,7 @@ class NativeDecoder:
         self.family = families.by_model_type(config.model_type)
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.head_dim = head_dim(config)
         self.hidden_size = config.hidden_size
         self.kernels = kernels or kernel_paths.active()
         if not self.kernels.fits(self.head_dim, (config.hidden_size, config.intermediate_size)):
@@ -425,8 +425,7 @@ def layer_shape(config) -> dict:
         "hidden_size": config.hidden_size,
         "num_attention_heads": config.num_attention_heads,
         "num_key_value_heads": config.num_key_value_heads,
-        "head_dim": getattr(config, "head_dim", None)
-        or config.hidden_size // config.num_attention_heads,
+        "head_dim": head_dim(config),
         "intermediate_size": config.intermediate_size,
         "rms_norm_eps": config.rms_norm_eps,
     }

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from ..quant import QuantTensor
+from ..rope import head_dim
 from .families import GLOBAL, Family, by_architecture
 from .gguf_check import GGUFHeader, read_header
 
@@ -125,9 +126,8 @@ def read_tensors(path: Path, config, header: GGUFHeader | None = None,
     scaling = _field(fields, f"{architecture}.rope.scaling.type", "none")
     if scaling == "linear":
         factor = float(_field(fields, f"{architecture}.rope.scaling.factor"))
-        head_dim = getattr(config, "head_dim", None) or \
-            config.hidden_size // config.num_attention_heads
-        found[ROPE_FACTORS] = torch.full((head_dim // 2,), factor) * found.get(ROPE_FACTORS, 1.0)
+        found[ROPE_FACTORS] = (torch.full((head_dim(config) // 2,), factor)
+                               * found.get(ROPE_FACTORS, 1.0))
     elif scaling != "none":
         raise ValueError(f"rope scaling {scaling!r} is not supported on the native backend")
     return found

@@ -28,10 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jinja2
 import torch
 
 from ..core.target import Target
-from ..errors import ModelLoadError
+from ..errors import InvalidParameterError, ModelLoadError
 from ..storage import cache_dir
 from . import decoder, families
 from .gguf_check import GGUFHeader, check_gguf
@@ -47,6 +48,7 @@ EMBEDDED = {
 # "auto": a GGUF file's matrices in the formats it stores them in (fp32 for other checkpoints)
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
 QUANTIZE_ON_LOAD = {"q8_0": "Q8_0", "q4_0": "Q4_0"}  # --dtype values: GGUF formats made on load
+DTYPE_CHOICES = (*DTYPES, *QUANTIZE_ON_LOAD)  # every --dtype value, in this order
 
 
 @dataclass
@@ -88,17 +90,28 @@ class LoadedModel:
 
     def encode_prompt(self, prompt: str, chat: bool = True) -> list[int]:
         """Token ids for a user prompt; chat models get their chat template unless chat=False."""
-        if chat and getattr(self.tokenizer, "chat_template", None):
+        if chat and self.has_chat_template:
             return self.encode_chat([{"role": "user", "content": prompt}])
         return self.tokenizer(prompt)["input_ids"]
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """Token ids for a conversation ([{"role", "content"}, ...]) ready for the assistant's
-        next turn; a model without a chat template gets the contents joined by blank lines."""
+        next turn, through the model's chat template (which describes `tools` when given; the
+        template writes the special tokens, so the tokenizer adds none); a model without a chat
+        template gets the contents joined by blank lines. Messages the template refuses raise
+        InvalidParameterError."""
         tok = self.tokenizer
-        if not getattr(tok, "chat_template", None):
+        if not self.has_chat_template:
             return tok("\n\n".join(m["content"] for m in messages))["input_ids"]
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        try:
+            text = tok.apply_chat_template(messages, tools=tools, tokenize=False,
+                                           add_generation_prompt=True)
+        except jinja2.TemplateError as exc:
+            raise InvalidParameterError(f"the chat template rejected the messages: {exc}") from exc
         return tok(text, add_special_tokens=False)["input_ids"]
 
     def decode(self, ids: list[int]) -> str:
@@ -113,9 +126,8 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "a
     with "float32" or "bfloat16" they are dequantized to that."""
     if backend not in ("auto", "native", "transformers"):
         raise ModelLoadError(f"unknown backend {backend!r} (choose auto, native or transformers)")
-    if dtype not in DTYPES and dtype not in QUANTIZE_ON_LOAD:
-        raise ModelLoadError(f"unknown dtype {dtype!r} "
-                             f"(choose {', '.join([*DTYPES, *QUANTIZE_ON_LOAD])})")
+    if dtype not in DTYPE_CHOICES:
+        raise ModelLoadError(f"unknown dtype {dtype!r} (choose {', '.join(DTYPE_CHOICES)})")
     if dtype in QUANTIZE_ON_LOAD and backend == "transformers":
         raise ModelLoadError(f"--dtype {dtype} quantizes for the native backend only")
     on_cpu = _check_device(device, backend)

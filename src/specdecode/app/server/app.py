@@ -17,7 +17,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import jinja2
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -219,19 +218,14 @@ def _completion_prompt(model: LoadedModel, prompt: str | list[int]) -> Callable[
 
 def _chat_prompt(model: LoadedModel, messages: list[dict],
                  tool_list: list[dict] | None = None) -> Callable[[], list[int]]:
-    """Prompt ids for /v1/chat/completions: the model's chat template (describing `tool_list`
-    when given), then the tokenizer with no added special tokens (the template wrote them)."""
+    """Prompt ids for /v1/chat/completions: the model's chat template (`encode_chat`, describing
+    `tool_list` when given). A model without a template is refused: the library's fallback
+    (contents joined) is no chat format a client could rely on."""
 
     def prepare() -> list[int]:
-        tok = model.tokenizer
-        if not getattr(tok, "chat_template", None):
+        if not model.has_chat_template:
             raise InvalidParameterError("this model has no chat template; use /v1/completions")
-        try:
-            text = tok.apply_chat_template(messages, tools=tool_list, tokenize=False,
-                                           add_generation_prompt=True)
-        except jinja2.TemplateError as exc:
-            raise InvalidParameterError(f"the chat template rejected the messages: {exc}") from exc
-        return tok(text, add_special_tokens=False)["input_ids"]
+        return model.encode_chat(messages, tool_list)
 
     return prepare
 

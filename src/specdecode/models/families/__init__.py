@@ -17,6 +17,8 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from ...rope import head_dim
+
 # llama.cpp's GGUF names of a layer's matrices -> transformers names within "model.layers.N."
 PROJECTIONS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
                "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
@@ -127,8 +129,7 @@ def rope_parameters(config, layer: int) -> dict:
 def attention_scale(config) -> float:
     """The factor on q·k: 1/sqrt(query_pre_attn_scalar) where the config has one (Gemma), else
     1/sqrt(head size)."""
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return (getattr(config, "query_pre_attn_scalar", None) or head_dim) ** -0.5
+    return (getattr(config, "query_pre_attn_scalar", None) or head_dim(config)) ** -0.5
 
 
 def unsupported(config) -> str | None:
