@@ -6,18 +6,12 @@ from __future__ import annotations
 import os
 import signal
 
+from specdecode.app.bench.llamacpp import answer_requests
+
 
 def echo(conn, gguf, threads, context_length, lookup_tokens) -> None:
-    conn.send("ready")
-    while True:
-        try:
-            ids, max_new, temperature, seed, eos = conn.recv()
-        except EOFError:
-            return
-        conn.send((ids[:max_new], 0.001))
+    answer_requests(conn, lambda ids, max_new, *rest: (ids[:max_new], 0.001))
 
 
 def segfault(conn, gguf, threads, context_length, lookup_tokens) -> None:
-    conn.send("ready")
-    conn.recv()
-    os.kill(os.getpid(), signal.SIGSEGV)
+    answer_requests(conn, lambda *request: os.kill(os.getpid(), signal.SIGSEGV))

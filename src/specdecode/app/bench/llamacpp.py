@@ -82,9 +82,21 @@ class LlamaCppPeer:
                 self.process.kill()
 
 
+def answer_requests(conn, answer: Callable[..., tuple[list[int], float]]) -> None:
+    """A child's loop: say it is ready, then answer each request (`generate`'s arguments) until
+    the pipe closes."""
+    conn.send("ready")
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        conn.send(answer(*request))
+
+
 def _serve(conn, gguf: str, threads: int, context_length: int,
            lookup_tokens: int | None) -> None:
-    """The child: load the model, say so, then answer generate requests until the pipe closes."""
+    """The child: llama-cpp-python on the GGUF file."""
     from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -95,12 +107,8 @@ def _serve(conn, gguf: str, threads: int, context_length: int,
         context_length = min(context_length, 4096)
     llm = Llama(model_path=gguf, n_ctx=context_length, n_threads=threads,
                 n_threads_batch=threads, draft_model=draft, logits_all=bool(draft), verbose=False)
-    conn.send("ready")
-    while True:
-        try:
-            ids, max_new, temperature, seed, eos_token_ids = conn.recv()
-        except EOFError:
-            return
+
+    def generate(ids, max_new, temperature, seed, eos_token_ids) -> tuple[list[int], float]:
         llm.reset()  # no reuse of an earlier prompt's cache: every run pays its prefill
         llm.set_seed(seed)
         out: list[int] = []
@@ -112,4 +120,6 @@ def _serve(conn, gguf: str, threads: int, context_length: int,
             out.append(token)
             if len(out) >= max_new:
                 break
-        conn.send((out, time.perf_counter() - started))
+        return out, time.perf_counter() - started
+
+    answer_requests(conn, generate)
