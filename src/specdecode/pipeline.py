@@ -44,7 +44,9 @@ class SpecDecoder:
         self.model, self.spec = model, spec
         self.method = spec.method
         self.drafter: Drafter = drafter_class(spec.method).create(model, spec.options)
-        self.budget = self.caps(spec.max_draft_nodes, spec.max_draft_depth)
+        default = self.drafter.default_budget  # (0 nodes: a drafter that drafts nothing)
+        self.budget = default if not default.nodes else DraftBudget(
+            spec.max_draft_nodes or default.nodes, spec.max_draft_depth or default.depth)
         self.adaptive = spec.adaptive
 
     @cached_property
@@ -54,13 +56,13 @@ class SpecDecoder:
         decoder is made."""
         return step_cost(self.model) if self.budget.nodes else None
 
-    def caps(self, nodes: int | None, depth: int | None) -> DraftBudget:
-        """The user's caps, the drafter's default where unset; none for a drafter that drafts
-        nothing (plain decoding)."""
-        default = self.drafter.default_budget
-        if not default.nodes:
-            return default
-        return DraftBudget(nodes or default.nodes, depth or default.depth)
+    def caps(self, nodes: int | None = None, depth: int | None = None) -> DraftBudget:
+        """The caps a request runs with, resolved here only: its own where it gives them, else
+        this decoder's (the user's, else the tuned profile's, else the drafter's default: see
+        `spec.resolve`); none for a drafter that drafts nothing (plain decoding)."""
+        if not self.budget.nodes:
+            return self.budget
+        return DraftBudget(nodes or self.budget.nodes, depth or self.budget.depth)
 
     @property
     def grammars(self) -> GrammarCompiler:
@@ -105,8 +107,7 @@ class SpecDecoder:
         output."""
         config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p), seed,
                                   tuple(stop), grammar)
-        caps = self.caps(max_draft_nodes or self.budget.nodes,
-                          max_draft_depth or self.budget.depth)
+        caps = self.caps(max_draft_nodes, max_draft_depth)
         limit = DraftLimit(caps.nodes, caps.depth, self.adaptive) if caps.nodes else None
         return Request(self.prompt_ids(prompt, chat), config, self.drafter, limit)
 

@@ -14,7 +14,8 @@ import asyncio
 import logging
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
@@ -99,6 +100,8 @@ class ServerState:
     created: int
     tool_markers: tuple[str, str] | None  # `tools.markers` of the model (None: no tool calls)
     grammars: GrammarCompiler  # the model's, its tokenizer set up before serving
+    compiling: ThreadPoolExecutor = field(  # where grammars compile, beside the engine thread
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="specdecode-grammar"))
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name not in (self.model_id, self.model.name):
@@ -132,13 +135,15 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
         worker.start()
         yield
         await asyncio.to_thread(worker.stop)
+        # its thread ends with the server: one that ran the grammar engine and lived on to the
+        # interpreter's exit aborted the process there ("terminate called ...")
+        state.compiling.shutdown()
 
     app = FastAPI(title="specdecode", summary="OpenAI-compatible speculative decoding server",
                   lifespan=lifespan)
-    app.state.specdecode = ServerState(decoder.model, worker, metrics,
-                                       model_id or decoder.model.name, request_timeout,
-                                       int(time.time()), tools.markers(decoder.model.tokenizer),
-                                       decoder.grammars.ready())
+    state = app.state.specdecode = ServerState(
+        decoder.model, worker, metrics, model_id or decoder.model.name, request_timeout,
+        int(time.time()), tools.markers(decoder.model.tokenizer), decoder.grammars.ready())
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: counts 401 and 413
     _add_error_handlers(app)
@@ -260,8 +265,8 @@ async def _generate(request: Request, body: GenerationRequest,
     output_format = output_format or body.output_format
     # compiled here, on a thread of its own (llguidance releases the GIL): a slow schema holds
     # this request only, never the engine thread and the requests streaming there
-    grammar = (None if output_format is None else
-               await asyncio.to_thread(state.grammars.compile, *output_format))
+    grammar = (None if output_format is None else await asyncio.get_running_loop()
+               .run_in_executor(state.compiling, state.grammars.compile, *output_format))
     job = Job(prepare, method, caps, params, state.request_timeout, grammar)
     state.worker.submit(job)
     try:

@@ -102,7 +102,7 @@ class GenerationRequest(_Strict):
     @classmethod
     def _one_choice(cls, n: int) -> int:
         if n != 1:
-            raise ValueError("only n=1 is supported (the engine decodes one sequence at a time)")
+            raise ValueError("only n=1 is supported by this server")
         return n
 
     # Fields that take several shapes are typed Any and checked by hand: a pydantic union reports
