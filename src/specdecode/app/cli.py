@@ -59,7 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
         "Lossless speculative decoding: a cheap drafter proposes tokens, the model verifies them "
         "all in one forward pass; the output is exactly what the model alone would produce."))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_generate(sub)
+    _add_bench(sub)
+    _add_tune(sub)
+    _add_serve(sub)
+    _add_export(sub)
+    _add_train(sub)
+    return parser
 
+
+def _add_generate(sub: "argparse._SubParsersAction") -> None:
     g = sub.add_parser("generate", help="generate text and print the run's statistics",
                        description="Generate from PROMPT (or --prompt-file, or stdin), streaming "
                                    "the text, then print τ, acceptance rate and speed.")
@@ -86,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run plain decoding; print both, the speed-up and whether the "
                         "greedy outputs are token-identical")
 
+
+def _add_bench(sub: "argparse._SubParsersAction") -> None:
     b = sub.add_parser("bench", help="Spec-Bench speed table: our methods and their peers",
                        description="Run the first N prompts of each Spec-Bench task group (MT-bench "
                                    "with both turns) through plain decoding, every drafter and "
@@ -158,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "under that schema, and the report says how many tokens the grammar forced "
                    "and what its masks cost")
 
+
+def _add_tune(sub: "argparse._SubParsersAction") -> None:
     t = sub.add_parser("tune", help="measure drafting settings and save the fastest as defaults",
                        description="Search which layers layerskip should skip (once per model), "
                                    "then time plain decoding and every drafter's candidate "
@@ -175,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--search-layers", action="store_true",
                    help="search layerskip's skip set again even if the model's profile has one")
 
+
+def _add_serve(sub: "argparse._SubParsersAction") -> None:
     v = sub.add_parser("serve", help="OpenAI-compatible HTTP server",
                        description="Serve /v1/completions, /v1/chat/completions, /v1/models, "
                                    "/health and /metrics. --method and the draft caps are the "
@@ -214,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn log level (default info)")
 
+
+def _add_export(sub: "argparse._SubParsersAction") -> None:
     x = sub.add_parser("export", help="export a trained EAGLE head for vLLM",
                        description="Write the EAGLE head in HEAD_DIR to OUT_DIR as config.json + "
                                    "model.safetensors: by default in the EAGLE-1 layout vLLM's "
@@ -231,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "default 5)")
     x.set_defaults(threads=None)
 
+
+def _add_train(sub: "argparse._SubParsersAction") -> None:
     from .train.run import (
         DEFAULT_EPOCHS,
         DEFAULT_NUM_PROMPTS,
@@ -280,8 +299,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--resume", action="store_true",
                    help="continue the run in --out (started with the same settings)")
     r.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores)")
-    return parser
-
 
 class _StderrHandler(logging.StreamHandler):
     """Writes to sys.stderr as it is when a message comes, not as it was when the handler was
