@@ -18,6 +18,7 @@ from .core.budget import DraftBudget
 from .core.constraint import Grammar
 from .core.cost import StepCost
 from .core.engine import Chunk, GenerationResult, Request, Speculation, collect, stream
+from .core.penalties import Penalties
 from .core.sampling import SamplingParams
 from .core.sequence import DraftLimit, GenerationConfig
 from .drafters import Drafter, drafter_class
@@ -94,8 +95,10 @@ class SpecDecoder:
         temperature: float = 0.0,
         top_k: int = 0,
         top_p: float = 1.0,
+        min_p: float = 0.0,
         seed: int | None = None,
         stop: tuple[str, ...] = (),
+        penalties: Penalties = Penalties(),
         chat: bool = True,
         max_draft_nodes: int | None = None,
         max_draft_depth: int | None = None,
@@ -104,9 +107,9 @@ class SpecDecoder:
         """One generation's request: a str prompt is tokenized (with the chat template unless
         chat=False), a list is token ids; `max_draft_nodes` / `max_draft_depth` replace the
         decoder's caps for this request only; `grammar` (from `self.grammars`) constrains the
-        output."""
-        config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p), seed,
-                                  tuple(stop), grammar)
+        output; `penalties` (presence, frequency, repetition, logit bias) process the logits."""
+        config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p, min_p),
+                                  seed, tuple(stop), grammar, penalties)
         caps = self.caps(max_draft_nodes, max_draft_depth)
         limit = DraftLimit(caps.nodes, caps.depth, self.adaptive) if caps.nodes else None
         return Request(self.prompt_ids(prompt, chat), config, self.drafter, limit)

@@ -213,8 +213,9 @@ def test_a_reduced_vocabulary_q_left_at_its_own_columns_is_detected(monkeypatch,
 
 @pytest.mark.parametrize(
     "params",
-    [SamplingParams(temperature=1.0, top_k=2), SamplingParams(temperature=1.0, top_p=0.8)],
-    ids=["top_k=2", "top_p=0.8"],
+    [SamplingParams(temperature=1.0, top_k=2), SamplingParams(temperature=1.0, top_p=0.8),
+     SamplingParams(temperature=1.0, min_p=0.3)],
+    ids=["top_k=2", "top_p=0.8", "min_p=0.3"],
 )
 def test_speculative_sampling_matches_plain_sampling_with_filters(params, target_model,
                                                                   draft_model):

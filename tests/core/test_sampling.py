@@ -1,4 +1,4 @@
-"""`sampling.probabilities`: temperature, then top-k, then top-p, on hand-built logits."""
+"""`sampling.probabilities`: temperature, then min-p, top-k and top-p, on hand-built logits."""
 
 from __future__ import annotations
 
@@ -132,6 +132,23 @@ def test_top_k_and_top_p_compose_top_k_first():
     assert kept(probabilities(logits, SamplingParams(temperature=1.0, top_k=1, top_p=0.9))) == [0]
 
 
+@pytest.mark.parametrize("min_p, expected", [(0.0, [0, 1, 2, 3]), (0.2, [0, 1, 2, 3]),
+                                              (0.3, [1, 2, 3]), (0.6, [1, 3]), (0.8, [1]),
+                                              (1.0, [1])])
+def test_min_p_keeps_tokens_at_least_min_p_times_as_likely_as_the_most_likely(min_p, expected):
+    probs = probabilities(logits_of([0.1, 0.4, 0.2, 0.3]),  # ratios to the top: 1/4, 1, 1/2, 3/4
+                          SamplingParams(temperature=1.0, min_p=min_p))
+    assert kept(probs) == expected
+    assert math.isclose(float(probs.sum()), 1.0, rel_tol=1e-6)
+
+
+def test_min_p_is_applied_after_temperature():
+    """At T = 2 the ratio 1/4 becomes 1/2: min_p 0.4 keeps token 0 only then."""
+    logits = logits_of([0.2, 0.8])
+    assert kept(probabilities(logits, SamplingParams(temperature=1.0, min_p=0.4))) == [1]
+    assert kept(probabilities(logits, SamplingParams(temperature=2.0, min_p=0.4))) == [0, 1]
+
+
 def test_filters_never_produce_nan_with_extreme_logits():
     logits = torch.tensor([[1e4, -1e4, 0.0, 1e4 - 1], [-1e30, 0.0, -1e30, -1e30]])
     for params in [SamplingParams(1.0), SamplingParams(0.1, top_k=2),
@@ -145,7 +162,7 @@ def test_filters_never_produce_nan_with_extreme_logits():
     "kwargs",
     [dict(temperature=-0.1), dict(temperature=-1e-9), dict(temperature=float("nan")),
      dict(top_k=-1), dict(top_p=0.0), dict(top_p=-0.5), dict(top_p=1.0001), dict(top_p=2.0),
-     dict(top_p=float("nan"))],
+     dict(top_p=float("nan")), dict(min_p=-0.1), dict(min_p=1.5), dict(min_p=float("nan"))],
 )
 def test_invalid_sampling_params_raise_invalid_parameter_error(kwargs):
     with pytest.raises(InvalidParameterError):

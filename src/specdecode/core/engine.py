@@ -31,6 +31,7 @@ from .detokenize import IncrementalText
 from .drafter import EMPTY_DRAFT, Draft, Drafter
 from .masking import constrain, masks
 from .metrics import RunStats
+from .penalties import PenaltyState
 from .sampling import probabilities
 from .sequence import DraftLimit, GenerationConfig, Sequence, new_generator
 from .target import Target
@@ -74,7 +75,9 @@ def admit(target: Target, drafter: Drafter, prompt: Tokens[int], config: Generat
     seq = Sequence(tokens, len(prompt), len(prompt), target.new_cache(), config,
                    new_generator(config.seed, target.device), limit,
                    IncrementalText(decode, config.stop) if decode else None,
-                   constraint=config.grammar.matcher() if config.grammar else None)
+                   constraint=config.grammar.matcher() if config.grammar else None,
+                   penalties=(PenaltyState(config.penalties, list(prompt), target.vocab_size)
+                              if config.penalties.active else None))
     drafter.start(seq)
     return seq
 
@@ -207,11 +210,14 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
     drafter, seq, draft, stats, n = p.drafter, p.seq, p.draft, p.seq.stats, p.seq.length
     t2 = time.perf_counter()
     tree = draft.tree
-    # 3 verify, against the grammar's allowed set at every row where the sequence has one
+    # 3 verify every row as plain decoding would score it: penalized by the text before it, then
+    # masked by the grammar's allowed set there
     masked, q = logits, draft.q
+    if seq.penalties is not None:
+        masked = seq.penalties.apply(logits, tree)
     if seq.constraint is not None:
         rows_allowed = allowed(masks(seq.constraint, tree, logits.shape[-1]), logits.shape[-1])
-        masked = logits.masked_fill(~rows_allowed, float("-inf"))  # [N + 1, V]
+        masked = masked.masked_fill(~rows_allowed, float("-inf"))  # [N + 1, V]
         if q is not None:  # each node was drawn where its parent's row stands
             q = renormalize(q, rows_allowed[tree.parents + 1])
         stats.constraint_seconds += time.perf_counter() - t2
@@ -243,6 +249,8 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
                 raise RuntimeError(f"the verifier confirmed token {token}, which the grammar "
                                    "forbids")
         stats.constraint_seconds += time.perf_counter() - t3
+    if seq.penalties is not None:
+        seq.penalties.accept(new)
     confirmed = len(new)
     for i, token in enumerate(new):
         if token in eos_token_ids:  # EOS ends the text but was still confirmed (counts for τ)

@@ -1,7 +1,7 @@
 """Logits processing shared by the target and every drafter.
 
 There is exactly one implementation, so that the target distribution p and the draft distribution q
-are processed identically (temperature, then top-k, then top-p) before the verifier compares them;
+are processed identically (temperature, then min-p, top-k and top-p) before the verifier compares them;
 speculative sampling is lossless only with respect to the *processed* p.
 """
 
@@ -21,6 +21,7 @@ class SamplingParams:
     temperature: float = 0.0
     top_k: int = 0  # 0 disables the filter
     top_p: float = 1.0  # 1.0 disables the filter
+    min_p: float = 0.0  # 0 disables the filter
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:
@@ -29,6 +30,8 @@ class SamplingParams:
             raise InvalidParameterError(f"top-k must be >= 0, got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise InvalidParameterError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise InvalidParameterError(f"min-p must be in [0, 1], got {self.min_p}")
 
     @property
     def greedy(self) -> bool:
@@ -38,9 +41,11 @@ class SamplingParams:
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """Processed distribution over the vocabulary.
 
-    p = softmax(top_p(top_k(logits / T))), where top_k keeps the k largest logits and top_p keeps the
-    smallest set of most likely tokens whose total probability reaches top_p (always at least one);
-    filtered tokens get probability 0. Greedy params give the one-hot of the argmax.
+    p = softmax(top_p(top_k(min_p(logits / T)))), where min_p keeps the tokens at least min_p times
+    as likely as the most likely one (after temperature, as vLLM applies it), top_k keeps the k
+    largest logits and top_p keeps the smallest set of most likely tokens whose total probability
+    reaches top_p (always at least one); filtered tokens get probability 0. Greedy params give the
+    one-hot of the argmax.
 
     logits: [..., V]  ->  probs: [..., V] (float32, rows sum to 1)
     """
@@ -48,6 +53,9 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if params.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     logits = logits / params.temperature
+    if params.min_p > 0:  # p(t) >= min_p * p_max  <=>  l(t) >= l_max + log(min_p)
+        floor = logits.max(-1, keepdim=True).values + torch.log(torch.tensor(params.min_p))
+        logits = logits.masked_fill(logits < floor, float("-inf"))
     if 0 < params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

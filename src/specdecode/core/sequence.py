@@ -18,6 +18,7 @@ from .budget import MAX_DRAFT_NODES, DraftBudget, DraftGate
 from .constraint import Constraint, Grammar
 from .detokenize import IncrementalText
 from .metrics import RunStats
+from .penalties import Penalties, PenaltyState
 from .sampling import SamplingParams
 
 
@@ -28,6 +29,7 @@ class GenerationConfig:
     seed: int | None = None  # None: a fresh random seed per request
     stop: tuple[str, ...] = ()  # stop strings (need a decode function)
     grammar: Grammar | None = None  # what the output must match (`core.constraint`); None: free
+    penalties: Penalties = field(default_factory=Penalties)  # `core.penalties`; default: none
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -86,6 +88,7 @@ class Sequence:
     drafter_state: Any = None  # whatever the drafter keeps for this request (`Drafter.start`)
     finish_reason: str | None = None  # "stop" (EOS, stop string) or "length" once finished
     constraint: Constraint | None = None  # the grammar's matcher, at the confirmed tokens
+    penalties: PenaltyState | None = None  # the counts penalties read, at the confirmed tokens
 
     @property
     def context(self) -> torch.Tensor:

@@ -43,6 +43,17 @@ BAD = {
     "stop_wrong_type": (C, {**P, "stop": 5}, 400, "stop", None),
     "too_many_stops": (C, {**P, "stop": list("abcde")}, 400, "stop", None),
     "logprobs_unsupported": (C, {**P, "logprobs": 2}, 400, None, "logprobs"),
+    "presence_penalty_too_large": (C, {**P, "presence_penalty": 2.5}, 400, "presence_penalty",
+                                   None),
+    "repetition_penalty_zero": (C, {**P, "repetition_penalty": 0}, 400, "repetition_penalty",
+                                None),
+    "min_p_above_one": (C, {**P, "min_p": 1.5}, 400, "min_p", None),
+    "logit_bias_key_not_an_id": (C, {**P, "logit_bias": {"hello": 1}}, 400, "logit_bias",
+                                 "token ids"),
+    "logit_bias_value_too_large": (C, {**P, "logit_bias": {"5": 200}}, 400, "logit_bias",
+                                   "[-100, 100]"),
+    "logit_bias_token_past_vocabulary": (C, {**P, "logit_bias": {str(10**7): 1}}, 400, None,
+                                         "logit bias token ids must be in"),
     "echo_unsupported": (C, {**P, "echo": True}, 400, None, "echo"),
     "unknown_model": (C, {**P, "model": "gpt-4"}, 404, "model", "does not exist"),
     "unknown_method": (C, {**P, "speculative": {"method": "nosuch"}}, 400,
@@ -131,7 +142,8 @@ def test_unknown_routes(client, method, path, status):
 # every field of a request set to values of every JSON type: never a 5xx
 FUZZ_VALUES = [None, True, -1, 0, 1, 1.5, 10**30, "", "x", [], [1], ["x"], {}, {"a": 1}]
 FUZZ_FIELDS = ["model", "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k",
-               "seed", "stop", "n", "stream", "stream_options", "speculative", "logit_bias"]
+               "seed", "stop", "n", "stream", "stream_options", "speculative", "logit_bias",
+               "presence_penalty", "frequency_penalty", "repetition_penalty", "min_p"]
 
 
 def test_fuzzed_fields_never_answer_5xx(client):

@@ -9,6 +9,7 @@ import pytest
 from server_helpers import running
 
 from specdecode.app.server import create_app
+from specdecode.core.penalties import Penalties
 from specdecode.pipeline import SpecDecoder
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
@@ -95,6 +96,29 @@ def test_sampling_parameters_and_seed(client, model_id, reference_model):
                                        extra_body={"top_k": 50}, **params).choices[0].text
              for _ in range(2)]
     assert texts == [ref.text, ref.text]
+
+
+def test_penalties_bias_and_min_p_reach_the_engine(client, model_id, reference_model):
+    """OpenAI's penalties and logit_bias and the extensions repetition_penalty and min_p give the
+    library's output with the same values, and they change it (the bias bans the text's most
+    frequent token)."""
+    banned = max(set(ids := reference_model.encode_prompt(PROMPT, chat=False)), key=ids.count)
+    penalties = Penalties(presence=0.5, frequency=0.5, repetition=1.3, bias=((banned, -100.0),))
+    ref = reference(reference_model, PROMPT, penalties=penalties)
+    plain = reference(reference_model, PROMPT)
+    resp = client.completions.create(
+        model=model_id, prompt=PROMPT, max_tokens=24, temperature=0, presence_penalty=0.5,
+        frequency_penalty=0.5, logit_bias={str(banned): -100},
+        extra_body={"repetition_penalty": 1.3, "min_p": 0.1})
+    assert resp.choices[0].text == ref.text != plain.text
+    assert banned not in reference_model.encode_prompt(ref.text, chat=False)
+    sampled = dict(temperature=0.9, seed=7, min_p=0.2, penalties=penalties)
+    ref = reference(reference_model, PROMPT, **sampled)
+    resp = client.completions.create(
+        model=model_id, prompt=PROMPT, max_tokens=24, temperature=0.9, seed=7,
+        presence_penalty=0.5, frequency_penalty=0.5, logit_bias={str(banned): -100},
+        extra_body={"repetition_penalty": 1.3, "min_p": 0.2})
+    assert resp.choices[0].text == ref.text
 
 
 def test_stop_string(client, model_id, reference_model):

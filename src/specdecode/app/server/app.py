@@ -244,7 +244,8 @@ def _sampling_params(body: GenerationRequest, context_length: int, chat: bool) -
         raise APIError(400, f"max_tokens must be between 1 and the context length "
                             f"{context_length}, got {limit}", param="max_tokens")
     return dict(max_new_tokens=limit, temperature=body.temperature, top_k=max(body.top_k, 0),
-                top_p=body.top_p, seed=body.seed, stop=body.stop_strings)
+                top_p=body.top_p, min_p=body.min_p, seed=body.seed, stop=body.stop_strings,
+                penalties=body.penalties)
 
 
 async def _generate(request: Request, body: GenerationRequest,

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ...core.budget import MAX_DRAFT_NODES
+from ...core.penalties import BIAS_RANGE, PENALTY_RANGE, Penalties
 
 MAX_STOP_STRINGS = 4  # OpenAI's limit
 # torch.Generator.manual_seed accepts exactly this range
@@ -81,6 +82,7 @@ class GenerationRequest(_Strict):
     temperature: Number = Field(1.0, ge=0)  # OpenAI's default; 0 = greedy
     top_p: Number = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=-1)  # extension; 0 or -1 (vLLM's spelling) = off
+    min_p: Number = Field(0.0, ge=0, le=1)  # extension (vLLM, llama.cpp); 0 = off
     seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     stop: Any = None  # a string or a list of strings; see _stop_strings
     n: int = 1
@@ -92,11 +94,13 @@ class GenerationRequest(_Strict):
     response_format: ResponseFormat | None = None
     json_schema: dict[str, Any] | None = None
     grammar: str | None = None
+    # penalties and biases (`core.penalties`): OpenAI's, and vLLM's repetition_penalty
+    presence_penalty: Number = Field(0.0, ge=PENALTY_RANGE[0], le=PENALTY_RANGE[1])
+    frequency_penalty: Number = Field(0.0, ge=PENALTY_RANGE[0], le=PENALTY_RANGE[1])
+    repetition_penalty: Number = Field(1.0, gt=0)
+    logit_bias: dict[str, Number] | None = None  # token id (as a string) -> added to its logit
     # defined by OpenAI, unsupported here: accepted only at their "off" value
     logprobs: Any = None
-    presence_penalty: Number | None = None
-    frequency_penalty: Number | None = None
-    logit_bias: dict[str, Number] | None = None
 
     @field_validator("n")
     @classmethod
@@ -119,9 +123,20 @@ class GenerationRequest(_Strict):
             raise ValueError("stop strings must not be empty")
         return stops
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        low, high = BIAS_RANGE
+        for key, value in (bias or {}).items():
+            if not key.isdigit():
+                raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
+            if not low <= value <= high:
+                raise ValueError(f"logit_bias values must be in [{low:g}, {high:g}], got {value}")
+        return bias
+
     @model_validator(mode="after")
     def _unsupported(self) -> "GenerationRequest":
-        for name in ("logprobs", "presence_penalty", "frequency_penalty", "logit_bias"):
+        for name in ("logprobs",):
             if getattr(self, name):
                 raise ValueError(f"{name} is not supported by this server")
         formats = [name for name in ("json_schema", "grammar") if getattr(self, name) is not None]
@@ -146,6 +161,11 @@ class GenerationRequest(_Strict):
         if fmt.type == "json_object":
             return "json_object", None
         return "json_schema", fmt.json_schema.json_schema
+
+    @property
+    def penalties(self) -> Penalties:
+        return Penalties(self.presence_penalty, self.frequency_penalty, self.repetition_penalty,
+                         tuple((int(k), v) for k, v in (self.logit_bias or {}).items()))
 
     @property
     def token_limit(self) -> int | None:
