@@ -30,6 +30,7 @@ from .cost import MEASURED_ROWS, StepCost
 from .detokenize import IncrementalText
 from .drafter import EMPTY_DRAFT, Draft, Drafter
 from .masking import constrain, masks
+from .logprobs import TokenLogprob, token_logprobs
 from .metrics import RunStats
 from .penalties import PenaltyState
 from .sampling import probabilities
@@ -44,6 +45,8 @@ class Chunk:
     text: str = ""  # text delta that is safe to show
     finish_reason: str | None = None  # set on the last chunk: "stop" (EOS, stop string) or "length"
     stats: RunStats | None = None  # set on the last chunk
+    logprobs: list[TokenLogprob] | None = None  # token_ids' own, when the config asks
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # on the first chunk, when asked
 
 
 # prompt rows per prefill call: the attention kernel computes a row alike in any call of up to
@@ -77,7 +80,8 @@ def admit(target: Target, drafter: Drafter, prompt: Tokens[int], config: Generat
                    IncrementalText(decode, config.stop) if decode else None,
                    constraint=config.grammar.matcher() if config.grammar else None,
                    penalties=(PenaltyState(config.penalties, list(prompt), target.vocab_size)
-                              if config.penalties.active else None))
+                              if config.penalties.active else None),
+                   prompt_logprobs=None if config.prompt_logprobs is None else [None])
     drafter.start(seq)
     return seq
 
@@ -120,8 +124,8 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
     same as stepped alone: the target computes a row the same way whatever else the forward
     holds."""
     clock = time.perf_counter
-    chunks = [(seq.cache, seq.tokens[seq.cache.length : seq.cache.length + n])
-              for _, seq, n in prefill]
+    starts = [seq.cache.length for _, seq, _ in prefill]
+    chunks = [(seq.cache, seq.tokens[start : start + n]) for (_, seq, n), start in zip(prefill, starts)]
     prefill_rows = sum(len(tokens) for _, tokens in chunks)
     prefill_cached = sum(len(tokens) * cache.length for cache, tokens in chunks)
     rows, cached = len(work) + prefill_rows, prefill_cached + sum(s.length for _, s in work)
@@ -152,9 +156,13 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
     t1 = clock()  # 2 score every pending token and draft (and prompt chunk) in one forward
     hiddens = target.hidden_batch([(p.seq.cache, p.rows, p.draft.tree) for p in planned]
                                   + [(cache, tokens, None) for cache, tokens in chunks])
-    for (drafter, seq, _), hidden in zip(prefill, hiddens[len(planned):]):
+    for (drafter, seq, n), start, hidden in zip(prefill, starts, hiddens[len(planned):]):
         if drafter.uses_features:
             drafter.observe_features(seq, hidden)
+        if seq.prompt_logprobs is not None:  # the row of token j scores token j + 1
+            seq.prompt_logprobs += token_logprobs(target.logits(hidden),
+                                                  seq.tokens[start + 1 : start + n + 1].tolist(),
+                                                  seq.config.prompt_logprobs)
     if not planned:
         return []
     hiddens = hiddens[: len(planned)]
@@ -266,10 +274,18 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
     delta = seq.text.push(new) if seq.text else ""
     if seq.text and seq.text.stopped:
         seq.finish_reason = "stop"
-    if seq.finish_reason is None:
-        return Chunk(new, delta)
+    chunk = Chunk(new, delta, logprobs=None if seq.config.logprobs is None else token_logprobs(
+        logits[rows[: len(new)]], new, seq.config.logprobs))  # the raw rows that chose them
+    chunk.prompt_logprobs, seq.prompt_logprobs = seq.prompt_logprobs, None
+    return chunk if seq.finish_reason is None else _finish(drafter, seq, chunk)
+
+
+def _finish(drafter: Drafter, seq: Sequence, last: Chunk) -> Chunk:
+    """The sequence's last chunk: its text flushed, its finish reason and stats."""
     drafter.finish(seq)
-    return Chunk(new, delta + (seq.text.flush() if seq.text else ""), seq.finish_reason, stats)
+    last.text += seq.text.flush() if seq.text else ""
+    last.finish_reason, last.stats = seq.finish_reason, seq.stats
+    return last
 
 
 @dataclass
@@ -333,10 +349,11 @@ class Batch:
         self.eos_token_ids, self.decode, self.prefill_rows = eos_token_ids, decode, prefill_rows
         self.prefilling: list[_Entry] = []  # in join order: the first gets its chunk first
         self.decoding: list[_Entry] = []
+        self.scored: list[tuple[Sequence, Chunk]] = []  # asked no new tokens: done once prefilled
         self.last_step = StepReport()
 
     def __len__(self) -> int:
-        return len(self.prefilling) + len(self.decoding)
+        return len(self.prefilling) + len(self.decoding) + len(self.scored)
 
     def join(self, request: Request) -> Sequence:
         """Admit a request (raises SpecDecodeError for a bad prompt); it starts decoding once its
@@ -353,20 +370,31 @@ class Batch:
 
     def _prefilled(self, entry: _Entry) -> None:
         """The sequence's prompt is in its cache: its drafter reads it (counted as prefill) and
-        it decodes from the next step."""
-        entry.drafter.prepare(entry.seq)
-        entry.seq.stats.prefill_seconds = time.perf_counter() - entry.joined
+        it decodes from the next step; one that asked no new tokens (a prompt scored for its
+        log-probabilities) is done."""
+        seq = entry.seq
+        if seq.config.max_new_tokens == 0:
+            seq.finish_reason = "length"
+            seq.stats.prefill_seconds = seq.stats.wall_seconds = time.perf_counter() - entry.joined
+            chunk = Chunk([], prompt_logprobs=seq.prompt_logprobs)
+            self.scored.append((seq, _finish(entry.drafter, seq, chunk)))
+            return
+        entry.drafter.prepare(seq)
+        seq.stats.prefill_seconds = time.perf_counter() - entry.joined
         self.decoding.append(entry)
 
     def leave(self, seq: Sequence) -> None:
         self.prefilling = [e for e in self.prefilling if e.seq is not seq]
         self.decoding = [e for e in self.decoding if e.seq is not seq]
+        self.scored = [(s, chunk) for s, chunk in self.scored if s is not seq]
 
     def step(self) -> list[tuple[Sequence, Chunk]]:
         """One forward: the next prompt chunks and every decoding sequence's rows; returns
-        (sequence, its chunk) for each decoding sequence, in join order."""
-        if not len(self):
-            return []
+        (sequence, its chunk) for each decoding sequence, in join order, after those of the
+        sequences that asked no new tokens and are done."""
+        out, self.scored = self.scored, []
+        if not self.prefilling and not self.decoding:
+            return out
         prefill, left = [], self.prefill_rows
         for e in self.prefilling:
             if left == 0:
@@ -381,7 +409,7 @@ class Batch:
         draft_rows = sum(e.seq.stats.drafted for e in self.decoding) - drafted
         self.last_step = StepReport(len(self.decoding), len(self.decoding) + draft_rows,
                                     draft_rows, self.prefill_rows - left)
-        now, out, decoding = time.perf_counter(), [], self.decoding
+        now, decoding = time.perf_counter(), self.decoding
         self.decoding = []
         for e, chunk in zip(decoding, chunks):
             out.append((e.seq, chunk))
@@ -392,6 +420,8 @@ class Batch:
         for e in [e for e in self.prefilling if not e.seq.to_prefill]:
             self._prefilled(e)
         self.prefilling = [e for e in self.prefilling if e.seq.to_prefill]
+        out += self.scored
+        self.scored = []
         return out
 
 

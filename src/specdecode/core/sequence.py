@@ -17,6 +17,7 @@ from ..errors import InvalidParameterError
 from .budget import MAX_DRAFT_NODES, DraftBudget, DraftGate
 from .constraint import Constraint, Grammar
 from .detokenize import IncrementalText
+from .logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from .metrics import RunStats
 from .penalties import Penalties, PenaltyState
 from .sampling import SamplingParams
@@ -30,10 +31,18 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()  # stop strings (need a decode function)
     grammar: Grammar | None = None  # what the output must match (`core.constraint`); None: free
     penalties: Penalties = field(default_factory=Penalties)  # `core.penalties`; default: none
+    # `core.logprobs`: None off, else each generated (prompt) token's and this many alternatives
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise InvalidParameterError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.max_new_tokens < (0 if self.prompt_logprobs is not None else 1):
+            raise InvalidParameterError(f"max-new-tokens must be >= 1 (0 only to score the "
+                                        f"prompt), got {self.max_new_tokens}")
+        for name in ("logprobs", "prompt_logprobs"):
+            if not 0 <= (getattr(self, name) or 0) <= MAX_TOP_LOGPROBS:
+                raise InvalidParameterError(f"{name.replace('_', ' ')} must be in "
+                                            f"[0, {MAX_TOP_LOGPROBS}], got {getattr(self, name)}")
 
 
 ADAPTIVE_MAX_DEPTH = 16  # how deep an adaptive depth cap may grow
@@ -89,6 +98,9 @@ class Sequence:
     finish_reason: str | None = None  # "stop" (EOS, stop string) or "length" once finished
     constraint: Constraint | None = None  # the grammar's matcher, at the confirmed tokens
     penalties: PenaltyState | None = None  # the counts penalties read, at the confirmed tokens
+    # the prompt's tokens' log-probabilities as its prefill computes them (the first has none),
+    # when the config asks; handed out with the sequence's first chunk
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @property
     def context(self) -> torch.Tensor:
