@@ -26,6 +26,11 @@ class MockCache:
         assert 0 <= length <= self.length, (length, self.length)
         self.length = length
 
+    def copy(self) -> "MockCache":
+        out = MockCache(1, 1, 1)
+        out.keys, out.length = self.keys.clone(), self.length
+        return out
+
     def compact(self, base: int, positions: Sequence[int]) -> None:
         assert all(base <= p < self.length for p in positions), (base, positions, self.length)
         kept = base + len(positions)

@@ -9,7 +9,7 @@ from mock_target import MockTarget
 
 from specdecode.core.batch import Batch, Request, generate_batch
 from specdecode.core.cost import StepCost
-from specdecode.core.engine import PREFILL_CHUNK, generate
+from specdecode.core.engine import PREFILL_CHUNK, collect, generate
 from specdecode.core.sampling import SamplingParams
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.lookup import PromptLookup
@@ -133,3 +133,73 @@ def test_every_sequence_is_prepared_once_its_prompt_is_prefilled_and_before_its_
         assert mine[0][0] == "prepare" and [w for w, _ in mine].count("prepare") == 1
         assert mine[0][1] in (0, 89)  # the whole prompt but its pending token is in the cache
     assert sorted(length for what, _, length in events if what == "prepare") == [0, 89]
+
+
+# --- forks: the choices of one request share its prompt's prefill -----------------------------
+
+
+def _counting(t, monkeypatch) -> list[int]:
+    """Rows each forward of `t` scores."""
+    rows: list[int] = []
+    real = t.hidden_batch
+    monkeypatch.setattr(t, "hidden_batch", lambda steps: rows.append(
+        sum(len(tokens) for _, tokens, _ in steps)) or real(steps))
+    return rows
+
+
+@pytest.mark.parametrize("drafter, limit", [(NoDrafter(), None),
+                                            (PromptLookup(3, 1), DraftLimit(6, 6))],
+                         ids=["plain", "lookup"])
+def test_forks_read_the_prompt_once_and_each_equals_its_own_seeded_run(monkeypatch, drafter,
+                                                                       limit):
+    t = MockTarget(vocab=16, layers=2, max_length=256, seed=5)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6] * 12  # 96 tokens: two prefill chunks
+    configs = [GenerationConfig(20, SamplingParams(0.8), seed=s) for s in (1, 2, 3, 4)]
+    alone = [generate(t, drafter, prompt, c, limit and DraftLimit(6, 6)) for c in configs]
+    rows = _counting(t, monkeypatch)
+    batch = Batch(t)
+    first = batch.join(Request(prompt, configs[0], drafter, limit and DraftLimit(6, 6)))
+    seqs = [first] + [batch.fork(first, Request(prompt, c, drafter, limit and DraftLimit(6, 6)))
+                      for c in configs[1:]]
+    parts: dict = {id(s): [] for s in seqs}
+    while len(batch):
+        for seq, chunk in batch.step():
+            parts[id(seq)].append(chunk)
+    got = [collect(parts[id(s)]) for s in seqs]
+    assert [r.token_ids for r in got] == [r.token_ids for r in alone]
+    assert len({tuple(r.token_ids) for r in got}) > 1  # the seeds differ
+    prefilled = sum(rows) - sum(r.stats.target_forwards + r.stats.drafted for r in got)
+    assert prefilled == len(prompt) - 1  # the prompt, less its pending token, once
+
+
+def test_a_fork_of_a_one_token_prompt_simply_joins():
+    t = MockTarget(vocab=16, layers=2, max_length=256, seed=5)
+    batch = Batch(t)
+    config = GenerationConfig(5)
+    first = batch.join(Request([7], config, NoDrafter(), None))
+    second = batch.fork(first, Request([7], config, NoDrafter(), None))
+    results = {id(first): [], id(second): []}
+    while len(batch):
+        for seq, chunk in batch.step():
+            results[id(seq)].append(chunk)
+    assert collect(results[id(first)]).token_ids == collect(results[id(second)]).token_ids
+
+
+def test_a_fork_of_another_prompt_or_after_the_prefill_is_refused():
+    t = MockTarget(vocab=16, layers=2, max_length=256, seed=5)
+    batch = Batch(t)
+    first = batch.join(Request([1, 2, 3], GenerationConfig(5), NoDrafter(), None))
+    with pytest.raises(ValueError, match="prompt must be"):
+        batch.fork(first, Request([1, 2, 4], GenerationConfig(5), NoDrafter(), None))
+    batch.step()
+    with pytest.raises(ValueError, match="before its sequence's prompt is read"):
+        batch.fork(first, Request([1, 2, 3], GenerationConfig(5), NoDrafter(), None))
+
+
+def test_leaving_drops_the_forks_waiting_for_the_prompt():
+    t = MockTarget(vocab=16, layers=2, max_length=256, seed=5)
+    batch = Batch(t)
+    first = batch.join(Request([1, 2, 3], GenerationConfig(5), NoDrafter(), None))
+    batch.fork(first, Request([1, 2, 3], GenerationConfig(5), NoDrafter(), None))
+    batch.leave(first)
+    assert batch.step() == [] and len(batch) == 0

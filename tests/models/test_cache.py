@@ -57,6 +57,21 @@ def test_static_cache_grows_capacity_beyond_initial_size_and_keeps_contents():
         assert torch.equal(cache.values[layer, :, : cache.length], values + layer)
 
 
+def test_a_copy_holds_the_same_entries_and_is_independent():
+    cache = StaticKVCache(2, 2, 4, capacity=8, max_capacity=64, dtype=torch.float32)
+    cache.reserve(5)
+    for layer in range(2):
+        write(cache, layer, 0, kv(2, 5, 4, 10 * layer), kv(2, 5, 4, -10 * layer))
+    cache.length = 5
+    copy = cache.copy()
+    assert copy.length == 5 and copy.max_capacity == 64
+    assert torch.equal(copy.keys[:, :, :5], cache.keys[:, :, :5])
+    assert torch.equal(copy.values[:, :, :5], cache.values[:, :, :5])
+    write(copy, 0, 0, kv(2, 1, 4, 99), kv(2, 1, 4, 99))
+    copy.rollback(2)
+    assert cache.length == 5 and torch.equal(cache.keys[0, :, :1], kv(2, 1, 4, 0))
+
+
 def test_static_cache_grows_by_doubling_at_least():
     cache = StaticKVCache(1, 1, 2, capacity=4, max_capacity=100, dtype=torch.float32)
     cache.reserve(5)

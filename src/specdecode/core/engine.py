@@ -158,7 +158,8 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
                                   + [(cache, tokens, None) for cache, tokens in chunks])
     for (drafter, seq, n), start, hidden in zip(prefill, starts, hiddens[len(planned):]):
         if drafter.uses_features:
-            drafter.observe_features(seq, hidden)
+            for s in (seq, *seq.forks):
+                drafter.observe_features(s, hidden)
         if seq.prompt_logprobs is not None:  # the row of token j scores token j + 1
             seq.prompt_logprobs += token_logprobs(target.logits(hidden),
                                                   seq.tokens[start + 1 : start + n + 1].tolist(),
@@ -350,6 +351,7 @@ class Batch:
         self.prefilling: list[_Entry] = []  # in join order: the first gets its chunk first
         self.decoding: list[_Entry] = []
         self.scored: list[tuple[Sequence, Chunk]] = []  # asked no new tokens: done once prefilled
+        self.forks: dict[int, list[_Entry]] = {}  # id(sequence) -> those waiting for its prompt
         self.last_step = StepReport()
 
     def __len__(self) -> int:
@@ -364,8 +366,27 @@ class Batch:
                                               request.config, limit, self.decode), joined)
         if entry.seq.to_prefill:
             self.prefilling.append(entry)
+            self.forks[id(entry.seq)] = []
         else:  # a one-token prompt: nothing to prefill
             self._prefilled(entry)
+        return entry.seq
+
+    def fork(self, seq: Sequence, request: Request) -> Sequence:
+        """Admit `request`, whose prompt is `seq`'s (another choice of one request), to share
+        seq's prefill: it takes a copy of seq's cache once seq's prompt is in it (one prefill for
+        all) and decodes from then on. Call before seq's prefill is done."""
+        if list(request.prompt) != seq.tokens[: seq.prompt_length].tolist():
+            raise ValueError("a fork's prompt must be its sequence's")
+        if id(seq) not in self.forks:
+            if seq.cache.length:
+                raise ValueError("a fork must join before its sequence's prompt is read")
+            return self.join(request)  # a one-token prompt: nothing to read, nothing to share
+        limit = None if self.speculation == "off" else request.limit
+        entry = _Entry(request.drafter, admit(self.target, request.drafter, request.prompt,
+                                              request.config, limit, self.decode),
+                       time.perf_counter())
+        self.forks[id(seq)].append(entry)
+        seq.forks.append(entry.seq)
         return entry.seq
 
     def _prefilled(self, entry: _Entry) -> None:
@@ -373,6 +394,12 @@ class Batch:
         it decodes from the next step; one that asked no new tokens (a prompt scored for its
         log-probabilities) is done."""
         seq = entry.seq
+        for fork in self.forks.pop(id(seq), []):
+            fork.seq.cache = seq.cache.copy()
+            if seq.prompt_logprobs is not None and fork.seq.prompt_logprobs is not None:
+                fork.seq.prompt_logprobs = list(seq.prompt_logprobs)
+            self._prefilled(fork)
+        seq.forks = []
         if seq.config.max_new_tokens == 0:
             seq.finish_reason = "length"
             seq.stats.prefill_seconds = seq.stats.wall_seconds = time.perf_counter() - entry.joined
@@ -384,6 +411,8 @@ class Batch:
         self.decoding.append(entry)
 
     def leave(self, seq: Sequence) -> None:
+        """Drop `seq` (and the forks still waiting for its prompt)."""
+        self.forks.pop(id(seq), None)
         self.prefilling = [e for e in self.prefilling if e.seq is not seq]
         self.decoding = [e for e in self.decoding if e.seq is not seq]
         self.scored = [(s, chunk) for s, chunk in self.scored if s is not seq]

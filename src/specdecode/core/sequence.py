@@ -101,6 +101,8 @@ class Sequence:
     # the prompt's tokens' log-probabilities as its prefill computes them (the first has none),
     # when the config asks; handed out with the sequence's first chunk
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    # sequences of the same prompt waiting for this one's prefill to copy its cache (`Batch.fork`)
+    forks: list["Sequence"] = field(default_factory=list)
 
     @property
     def context(self) -> torch.Tensor:

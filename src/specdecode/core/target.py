@@ -38,6 +38,11 @@ class KVCache(Protocol):
         drop everything else from base on: a tree's accepted path behind the prefix."""
         ...
 
+    def copy(self) -> "KVCache":
+        """An independent cache holding the same entries (a prompt's, shared by the choices of
+        one request)."""
+        ...
+
 
 @runtime_checkable
 class Target(Protocol):

@@ -79,6 +79,14 @@ class StaticKVCache:
                 self.values[:, :, base:kept] = self.values[:, :, index]
         self.rollback(kept)
 
+    def copy(self) -> "StaticKVCache":
+        out = StaticKVCache(*self.shape, self.capacity, self.max_capacity, self.dtype, self.device)
+        with torch.inference_mode():  # the forwards' own mode, which wrote these entries
+            out.keys[:, :, : self.length] = self.keys[:, :, : self.length]
+            out.values[:, :, : self.length] = self.values[:, :, : self.length]
+        out.length = self.length
+        return out
+
     def rollback(self, length: int) -> None:
         """Forget every entry at position >= length (a rollback never grows the cache: the
         entries past its length hold nothing valid)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import torch
@@ -22,6 +23,11 @@ class HFCache:
         if length < self.length:
             self.cache.crop(length - self.length)  # transformers 5: a negative count drops
         self.length = length
+
+    def copy(self) -> "HFCache":
+        out = HFCache(copy.deepcopy(self.cache))
+        out.length = self.length
+        return out
 
     def compact(self, base: int, positions: Sequence[int]) -> None:
         if list(positions) != list(range(base, base + len(positions))):
