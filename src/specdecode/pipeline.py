@@ -99,6 +99,8 @@ class SpecDecoder:
         seed: int | None = None,
         stop: tuple[str, ...] = (),
         penalties: Penalties = Penalties(),
+        logprobs: int | None = None,
+        prompt_logprobs: int | None = None,
         chat: bool = True,
         max_draft_nodes: int | None = None,
         max_draft_depth: int | None = None,
@@ -107,9 +109,11 @@ class SpecDecoder:
         """One generation's request: a str prompt is tokenized (with the chat template unless
         chat=False), a list is token ids; `max_draft_nodes` / `max_draft_depth` replace the
         decoder's caps for this request only; `grammar` (from `self.grammars`) constrains the
-        output; `penalties` (presence, frequency, repetition, logit bias) process the logits."""
+        output; `penalties` (presence, frequency, repetition, logit bias) process the logits;
+        `logprobs` / `prompt_logprobs` (alternatives per token, None: off) report the generated /
+        prompt tokens' log-probabilities on the chunks (`core.logprobs`)."""
         config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p, min_p),
-                                  seed, tuple(stop), grammar, penalties)
+                                  seed, tuple(stop), grammar, penalties, logprobs, prompt_logprobs)
         caps = self.caps(max_draft_nodes, max_draft_depth)
         limit = DraftLimit(caps.nodes, caps.depth, self.adaptive) if caps.nodes else None
         return Request(self.prompt_ids(prompt, chat), config, self.drafter, limit)

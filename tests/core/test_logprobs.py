@@ -81,12 +81,29 @@ def test_each_tokens_logprob_is_the_models_own_at_its_position(drafter, limit, c
 
 def test_speculative_logprobs_equal_plain_decodings():
     t = target()
+    accepted = 0
     for prompt in PROMPTS:
         plain = run(t, prompt, NoDrafter(), None, logprobs=TOP)[1]
-        spec = run(t, prompt, PromptLookup(3, 1), DraftLimit(6, 6), logprobs=TOP)[1]
+        result, spec, _ = run(t, prompt, PromptLookup(3, 1), DraftLimit(6, 6), logprobs=TOP)
+        accepted += result.stats.accepted
         assert [lp.token for lp in spec] == [lp.token for lp in plain]
         torch.testing.assert_close([lp.logprob for lp in spec], [lp.logprob for lp in plain],
                                    atol=1e-4, rtol=0)
+    assert accepted > 0
+
+
+def test_a_final_eos_has_its_logprob_though_not_its_text():
+    t = target()
+    result, logprobs, _ = run(t, PROMPTS[0], NoDrafter(), None, logprobs=0)
+    k = next(k for k, t in enumerate(result.token_ids) if k and t not in result.token_ids[:k])
+    eos = result.token_ids[k]
+    chunks = list(stream(t, PromptLookup(3, 1), PROMPTS[0], GenerationConfig(30, logprobs=0),
+                         DraftLimit(6, 6), frozenset({eos})))
+    ended = collect(chunks)
+    assert ended.finish_reason == "stop" and ended.token_ids == result.token_ids[:k]
+    assert [lp.token for c in chunks for lp in c.logprobs] == result.token_ids[: k + 1]
+    assert [lp.logprob for c in chunks for lp in c.logprobs] == pytest.approx(
+        [lp.logprob for lp in logprobs[: k + 1]], abs=1e-4)
 
 
 def test_batched_logprobs_equal_each_sequence_alone():

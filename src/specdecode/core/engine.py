@@ -45,7 +45,8 @@ class Chunk:
     text: str = ""  # text delta that is safe to show
     finish_reason: str | None = None  # set on the last chunk: "stop" (EOS, stop string) or "length"
     stats: RunStats | None = None  # set on the last chunk
-    logprobs: list[TokenLogprob] | None = None  # token_ids' own, when the config asks
+    # token_ids' own (and a final EOS's), when the config asks
+    logprobs: list[TokenLogprob] | None = None
     prompt_logprobs: list[TokenLogprob | None] | None = None  # on the first chunk, when asked
 
 
@@ -260,7 +261,7 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
         stats.constraint_seconds += time.perf_counter() - t3
     if seq.penalties is not None:
         seq.penalties.accept(new)
-    confirmed = len(new)
+    chosen, confirmed = new, len(new)
     for i, token in enumerate(new):
         if token in eos_token_ids:  # EOS ends the text but was still confirmed (counts for τ)
             new, seq.finish_reason, confirmed = new[:i], "stop", i + 1
@@ -275,8 +276,9 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
     delta = seq.text.push(new) if seq.text else ""
     if seq.text and seq.text.stopped:
         seq.finish_reason = "stop"
+    # the confirmed tokens' (a final EOS too: it was chosen) from the raw rows that chose them
     chunk = Chunk(new, delta, logprobs=None if seq.config.logprobs is None else token_logprobs(
-        logits[rows[: len(new)]], new, seq.config.logprobs))  # the raw rows that chose them
+        logits[rows[:confirmed]], chosen[:confirmed], seq.config.logprobs))
     chunk.prompt_logprobs, seq.prompt_logprobs = seq.prompt_logprobs, None
     return chunk if seq.finish_reason is None else _finish(drafter, seq, chunk)
 

@@ -31,6 +31,19 @@ class RunStats:
     constraint_seconds: float = 0.0  # a grammar's masks and matcher (within draft and verify)
     wall_seconds: float = 0.0  # prefill + decoding, no model loading
 
+    @classmethod
+    def combined(cls, runs: list["RunStats"]) -> "RunStats":
+        """Runs that went side by side (the choices of one request): counts and seconds summed,
+        so τ is tokens per forward of one sequence; the wall time is the longest's."""
+        out = cls()
+        for run in runs:
+            for name in ("new_tokens", "confirmed_tokens", "target_forwards", "draft_forwards",
+                         "drafted", "accepted", "forced", "prefill_seconds", "draft_seconds",
+                         "verify_seconds", "constraint_seconds"):
+                setattr(out, name, getattr(out, name) + getattr(run, name))
+            out.wall_seconds = max(out.wall_seconds, run.wall_seconds)
+        return out
+
     def observe(
         self, drafted: int, accepted: int, new_tokens: int, confirmed: int, draft_forwards: int,
         draft_seconds: float, verify_seconds: float, depth: int | None = None,

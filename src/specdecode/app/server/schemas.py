@@ -14,9 +14,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ...core.budget import MAX_DRAFT_NODES
+from ...core.logprobs import MAX_TOP_LOGPROBS
 from ...core.penalties import BIAS_RANGE, PENALTY_RANGE, Penalties
 
 MAX_STOP_STRINGS = 4  # OpenAI's limit
+MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions (chat's is MAX_TOP_LOGPROBS)
 # torch.Generator.manual_seed accepts exactly this range
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
@@ -85,7 +87,7 @@ class GenerationRequest(_Strict):
     min_p: Number = Field(0.0, ge=0, le=1)  # extension (vLLM, llama.cpp); 0 = off
     seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     stop: Any = None  # a string or a list of strings; see _stop_strings
-    n: int = 1
+    n: int = Field(1, ge=1)  # choices per prompt, decoded together (one prefill); see app
     stream: bool = False
     stream_options: StreamOptions | None = None
     speculative: SpeculativeOptions | None = None
@@ -99,15 +101,6 @@ class GenerationRequest(_Strict):
     frequency_penalty: Number = Field(0.0, ge=PENALTY_RANGE[0], le=PENALTY_RANGE[1])
     repetition_penalty: Number = Field(1.0, gt=0)
     logit_bias: dict[str, Number] | None = None  # token id (as a string) -> added to its logit
-    # defined by OpenAI, unsupported here: accepted only at their "off" value
-    logprobs: Any = None
-
-    @field_validator("n")
-    @classmethod
-    def _one_choice(cls, n: int) -> int:
-        if n != 1:
-            raise ValueError("only n=1 is supported by this server")
-        return n
 
     # Fields that take several shapes are typed Any and checked by hand: a pydantic union reports
     # one error per member ("stop.str: ..., stop.list[str]: ..."), which reads badly as `param`.
@@ -135,10 +128,7 @@ class GenerationRequest(_Strict):
         return bias
 
     @model_validator(mode="after")
-    def _unsupported(self) -> "GenerationRequest":
-        for name in ("logprobs",):
-            if getattr(self, name):
-                raise ValueError(f"{name} is not supported by this server")
+    def _one_format(self) -> "GenerationRequest":
         formats = [name for name in ("json_schema", "grammar") if getattr(self, name) is not None]
         if self.response_format is not None and self.response_format.type != "text":
             formats.append("response_format")
@@ -172,6 +162,16 @@ class GenerationRequest(_Strict):
         return self.max_tokens
 
     @property
+    def token_logprobs(self) -> int | None:
+        """Alternatives reported beside each generated token's log-probability (None: off)."""
+        return None
+
+    @property
+    def prompt_logprobs(self) -> int | None:
+        """The same for the prompt's tokens (None: not scored)."""
+        return None
+
+    @property
     def stop_strings(self) -> tuple[str, ...]:
         return tuple(self.stop or ())  # the validator turned it into a list
 
@@ -180,31 +180,48 @@ class GenerationRequest(_Strict):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+def _token_ids(value: Any) -> bool:
+    return (isinstance(value, list) and bool(value)
+            and all(type(t) is int for t in value))  # not bool, which is an int subclass
+
+
 class CompletionRequest(GenerationRequest):
-    prompt: Any  # a string, token ids, or a batch of exactly one string; see _one_prompt
-    echo: bool = False
-    best_of: int | None = None
+    prompt: Any  # a string, token ids, or a batch of either; see _prompts
+    echo: bool = False  # the prompt before the completion (and its logprobs, when asked)
+    best_of: int | None = None  # only n: every choice decoded is returned
     suffix: str | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_COMPLETION_LOGPROBS)
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, prompt: Any) -> str | list[int]:
-        if isinstance(prompt, str):
+    def _prompts(cls, prompt: Any) -> list[str | list[int]]:
+        """A batch of prompts, each text or token ids (OpenAI's four shapes)."""
+        if isinstance(prompt, str) or _token_ids(prompt):
+            return [prompt]
+        if (isinstance(prompt, list) and prompt
+                and (all(isinstance(p, str) for p in prompt) or all(map(_token_ids, prompt)))):
             return prompt
-        if isinstance(prompt, list):
-            if all(type(t) is int for t in prompt):  # not bool, which is an int subclass
-                return prompt
-            if all(isinstance(p, str) for p in prompt):
-                if len(prompt) != 1:
-                    raise ValueError("only one prompt per request is supported")
-                return prompt[0]
-        raise ValueError("prompt must be a string, a list of token ids, or a list of one string")
+        raise ValueError("prompt must be a string, a list of token ids, or a list of either")
 
     @model_validator(mode="after")
     def _unsupported_completion(self) -> "CompletionRequest":
-        if self.echo or (self.best_of or 1) != 1 or self.suffix:
-            raise ValueError("echo, best_of and suffix are not supported by this server")
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError("best_of must equal n: this server returns every choice it decodes")
+        if self.suffix:
+            raise ValueError("suffix is not supported by this server")
         return self
+
+    @property
+    def token_logprobs(self) -> int | None:
+        return self.logprobs
+
+    @property
+    def prompt_logprobs(self) -> int | None:
+        if not self.echo:
+            return None
+        if self.logprobs is None:  # max_tokens 0 echoes the prompt without generating
+            return 0 if self.max_tokens == 0 else None
+        return self.logprobs
 
 
 class FunctionCall(_Strict):
@@ -265,6 +282,8 @@ class ChatCompletionRequest(GenerationRequest):
     tools: list[Tool] | None = None
     tool_choice: Any = None  # "none", "auto", "required" or {"type": "function", "function": {"name"}}
     parallel_tool_calls: bool = True
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
     @field_validator("tool_choice")
     @classmethod
@@ -285,7 +304,13 @@ class ChatCompletionRequest(GenerationRequest):
             raise ValueError("tool_choice needs tools")
         if self.forced_tool_calls and self.output_format is not None:
             raise ValueError("a required tool call cannot also follow a response format")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
         return self
+
+    @property
+    def token_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def tools_in_prompt(self) -> list[dict] | None:

@@ -15,13 +15,14 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ...core.budget import DraftBudget
 from ...core.constraint import Grammar
 from ...core.engine import Batch, Chunk, Speculation
 from ...core.sequence import Sequence
 from ...errors import KernelError, SpecDecodeError
+from ...models import LoadedModel
 from ...pipeline import SpecDecoder
 from ...spec import resolve
 from ...timing import step_cost
@@ -69,20 +70,24 @@ class DecoderCache:
 
 
 class Job:
-    """One generation request, shared by the handler (asyncio loop) and the worker thread.
+    """One generation request, shared by the handler (asyncio loop) and the worker thread: `n`
+    choices of each of its prompts, choice i of prompt p at index p * n + i.
 
-    `events` receives Chunk objects, the last one with finish_reason set, or one exception that
-    ends the job. `prepare` runs on the worker thread and returns the prompt token ids: the
-    tokenizer is not thread-safe, so it is only ever used there."""
+    `events` receives (index, Chunk) pairs, each choice's last chunk with finish_reason set, or
+    one exception that ends the job. `prepares` run on the worker thread and return each prompt's
+    token ids: the tokenizer is not thread-safe, so it is only ever used there (for the bytes
+    of the tokens the chunks' logprobs name, too: `pieces`, filled before a chunk is sent)."""
 
-    def __init__(self, prepare: Callable[[], list[int]], method: str | None,
+    def __init__(self, prepares: list[Callable[[], list[int]]], method: str | None,
                  caps: tuple[int | None, int | None], params: dict, timeout: float,
-                 grammar: Grammar | None = None) -> None:
-        self.prepare, self.method, self.caps, self.params = prepare, method, caps, params
+                 grammar: Grammar | None = None, n: int = 1, echo: bool = False) -> None:
+        self.prepares, self.method, self.caps, self.params = prepares, method, caps, params
         self.grammar = grammar  # what the output must match (compiled by the handler)
+        self.n, self.echo = n, echo
         self.created = time.monotonic()
         self.deadline = self.created + timeout
-        self.prompt_tokens = 0  # set by the worker before the first chunk is sent
+        self.prompt_ids: list[list[int]] = []  # set by the worker before the first chunk is sent
+        self.pieces: dict[int, bytes] = {}  # token id -> its bytes, for logprobs and echo
         self.decoder: SpecDecoder | None = None  # set by the worker before the first chunk
         self.budget: DraftBudget | None = None  # the caps it runs with, set with the decoder
         self.cancelled = threading.Event()
@@ -97,16 +102,29 @@ class Job:
         self.cancel()
         self.send(error)
 
-    def send(self, event: Chunk | Exception) -> None:
+    @property
+    def choices(self) -> int:
+        return len(self.prepares) * self.n
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(map(len, self.prompt_ids))
+
+    def learn_pieces(self, model: LoadedModel, ids: Iterable[int]) -> None:
+        """Record the bytes of `ids` (on the worker thread)."""
+        new = sorted(set(ids) - self.pieces.keys())
+        self.pieces.update(zip(new, model.token_bytes(new)))
+
+    def send(self, event: tuple[int, Chunk] | Exception) -> None:
         """Hand an event to the handler; from any thread."""
         try:
             self._loop.call_soon_threadsafe(self.events.put_nowait, event)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             self.cancel()
 
-    async def next_event(self, poll: float | None = None) -> Chunk | None:
-        """The next chunk, or None when `poll` seconds pass without one; raises the job's error,
-        or RequestTimeoutError once the deadline has passed."""
+    async def next_event(self, poll: float | None = None) -> tuple[int, Chunk] | None:
+        """The next (choice index, chunk), or None when `poll` seconds pass without one; raises
+        the job's error, or RequestTimeoutError once the deadline has passed."""
         try:
             event = self.events.get_nowait()  # what already arrived is served, even if late
         except asyncio.QueueEmpty:
@@ -136,7 +154,9 @@ class EngineWorker:
         self.decoders, self.metrics = decoders, metrics
         self.max_batch, self.speculation = max_batch, speculation
         self._jobs: queue.Queue[Job] = queue.Queue(max_queue)
-        self._running: dict[int, tuple[Job, Sequence]] = {}  # id(sequence) -> its job
+        # id(sequence) -> its job, itself and its choice index in the job
+        self._running: dict[int, tuple[Job, Sequence, int]] = {}
+        self._held: Job | None = None  # the next job, waiting for room for all its choices
         self._accepting = True
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -198,7 +218,7 @@ class EngineWorker:
                 self._jobs.get_nowait().fail(error)
             except queue.Empty:
                 break
-        for job, _ in list(self._running.values()):
+        for job in {id(job): job for job, _, _ in self._running.values()}.values():
             job.fail(error)
 
     def run(self, until: Callable[[], bool] = lambda: False) -> None:
@@ -215,37 +235,60 @@ class EngineWorker:
                 self._step(batch)
 
     def _admit(self, batch: Batch) -> None:
-        """Start queued jobs while the batch has room; wait briefly for one when it is empty."""
+        """Start queued jobs while the batch has room for all their choices; wait briefly for
+        one when it is empty."""
         while len(batch) < self.max_batch:
             try:
-                job = self._jobs.get(timeout=0.2) if not len(batch) else self._jobs.get_nowait()
+                job = self._held or (self._jobs.get(timeout=0.2) if not len(batch)
+                                     else self._jobs.get_nowait())
             except queue.Empty:
                 return
+            self._held = None
             if job.cancelled.is_set() or time.monotonic() >= job.deadline:
                 continue  # the client left, or its time ran out, while the job was queued
+            if len(batch) and len(batch) + job.choices > self.max_batch:
+                self._held = job
+                return
+            seqs: list[Sequence] = []
             try:
-                decoder = job.decoder = self.decoders.get(job.method)
-                job.budget = decoder.caps(*job.caps)  # what it runs with, for its usage report
-                ids = job.prepare()
-                job.prompt_tokens = len(ids)
-                seq = batch.join(decoder.request(ids, max_draft_nodes=job.budget.nodes,
-                                                 max_draft_depth=job.budget.depth,
-                                                 grammar=job.grammar,
-                                                 **job.params))
-            except SpecDecodeError as exc:
+                self._join(batch, job, seqs)
+            except Exception as exc:
+                for seq in seqs:
+                    batch.leave(seq)
+                    del self._running[id(seq)]
+                if not isinstance(exc, SpecDecodeError):
+                    log.exception("generation failed")
+                    exc = InternalError("internal error while generating; see the server log")
                 job.send(exc)
-                continue
-            except Exception:
-                log.exception("generation failed")
-                job.send(InternalError("internal error while generating; see the server log"))
-                continue
-            self._running[id(seq)] = (job, seq)
+
+    def _join(self, batch: Batch, job: Job, seqs: list[Sequence]) -> None:
+        """Join the job's choices to the batch (appending them to `seqs`): per prompt, the
+        first reads it and the others share that prefill (`Batch.fork`); choice i of a prompt is
+        seeded with seed + i."""
+        decoder = job.decoder = self.decoders.get(job.method)
+        job.budget = decoder.caps(*job.caps)  # what it runs with, for its usage report
+        params, seed = dict(job.params), job.params.get("seed")
+        for p, prepare in enumerate(job.prepares):
+            ids = prepare()
+            job.prompt_ids.append(ids)
+            if job.echo:
+                job.learn_pieces(decoder.model, ids)
+            first = None
+            for i in range(job.n):
+                params["seed"] = None if seed is None else seed + i
+                request = decoder.request(ids, max_draft_nodes=job.budget.nodes,
+                                          max_draft_depth=job.budget.depth,
+                                          grammar=job.grammar, **params)
+                seq = batch.join(request) if first is None else batch.fork(first, request)
+                first = first or seq
+                seqs.append(seq)
+                self._running[id(seq)] = (job, seq, p * job.n + i)
 
     def _leave_stopped(self, batch: Batch) -> None:
         """Cancelled and timed-out jobs leave the batch (the handler reports the timeout once it
         has read what was sent)."""
         now = time.monotonic()
-        for key, (job, seq) in list(self._running.items()):
+        for key, (job, seq, _) in list(self._running.items()):
             if job.cancelled.is_set() or now >= job.deadline:
                 batch.leave(seq)
                 del self._running[key]
@@ -260,18 +303,24 @@ class EngineWorker:
             log.exception("generation failed")
             error = exc if isinstance(exc, KernelError) else InternalError(
                 "internal error while generating; see the server log")
-            for job, seq in list(self._running.values()):
+            for job, seq, _ in list(self._running.values()):
                 batch.leave(seq)
+            for job in {id(job): job for job, _, _ in self._running.values()}.values():
                 job.send(error)
             self._running.clear()
             return
         self.metrics.observe_step(batch.last_step)
+        model = self.decoders.default.model
         for seq, chunk in results:
-            job = self._running[id(seq)][0]
-            if seq.stats.target_forwards == 1:
+            job, _, index = self._running[id(seq)]
+            if seq.stats.target_forwards == 1 and index == 0:
                 self.metrics.ttft.labels(job.decoder.method).observe(
                     time.monotonic() - job.created)
-            job.send(chunk)
+            named = [(lp.token, *(t for t, _ in lp.top)) for lp in
+                     (*(chunk.logprobs or ()), *filter(None, chunk.prompt_logprobs or ()))]
+            if named:
+                job.learn_pieces(model, (t for ids in named for t in ids))
+            job.send((index, chunk))
             if chunk.finish_reason is not None:
                 self.metrics.observe_run(job.decoder.method, chunk.finish_reason, chunk.stats)
                 del self._running[id(seq)]
