@@ -43,3 +43,19 @@ def tiny_other_vocab_model(tmp_path_factory):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="[EOS]")
     return _save_tiny(tmp_path_factory.mktemp("tiny-other-vocab"), len(words), fast)
+
+
+FIM_TOKENS = ["<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+              "<|repo_name|>", "<|file_sep|>"]
+
+
+@pytest.fixture(scope="session")
+def tiny_fim_model(tmp_path_factory, default_model):
+    """A tiny random Llama with the default model's tokenizer plus Qwen2.5-Coder's
+    fill-in-the-middle tokens (ids after the default vocabulary) and a 512-token context."""
+    import copy
+
+    tokenizer = copy.deepcopy(default_model.tokenizer)
+    tokenizer.add_special_tokens({"additional_special_tokens": FIM_TOKENS})
+    return _save_tiny(tmp_path_factory.mktemp("tiny-fim"), len(tokenizer), tokenizer,
+                      max_positions=512)

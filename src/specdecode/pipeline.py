@@ -98,6 +98,7 @@ class SpecDecoder:
         min_p: float = 0.0,
         seed: int | None = None,
         stop: tuple[str, ...] = (),
+        stop_token_ids: frozenset[int] = frozenset(),
         penalties: Penalties = Penalties(),
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
@@ -111,9 +112,11 @@ class SpecDecoder:
         decoder's caps for this request only; `grammar` (from `self.grammars`) constrains the
         output; `penalties` (presence, frequency, repetition, logit bias) process the logits;
         `logprobs` / `prompt_logprobs` (alternatives per token, None: off) report the generated /
-        prompt tokens' log-probabilities on the chunks (`core.logprobs`)."""
+        prompt tokens' log-probabilities on the chunks (`core.logprobs`); `stop_token_ids` end
+        the output as the model's EOS does (a fill-in-the-middle's ends: `LoadedModel.fim`)."""
         config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p, min_p),
-                                  seed, tuple(stop), grammar, penalties, logprobs, prompt_logprobs)
+                                  seed, tuple(stop), frozenset(stop_token_ids), grammar, penalties,
+                                  logprobs, prompt_logprobs)
         caps = self.caps(max_draft_nodes, max_draft_depth)
         limit = DraftLimit(caps.nodes, caps.depth, self.adaptive) if caps.nodes else None
         return Request(self.prompt_ids(prompt, chat), config, self.drafter, limit)

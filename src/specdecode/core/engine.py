@@ -263,7 +263,8 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
         seq.penalties.accept(new)
     chosen, confirmed = new, len(new)
     for i, token in enumerate(new):
-        if token in eos_token_ids:  # EOS ends the text but was still confirmed (counts for τ)
+        # EOS (the model's, or one the request adds) ends the text but was still confirmed
+        if token in eos_token_ids or token in seq.config.stop_token_ids:
             new, seq.finish_reason, confirmed = new[:i], "stop", i + 1
             break
     stats.observe(len(tree), verdict.accepted, len(new), confirmed, draft.forwards,
@@ -444,6 +445,8 @@ class Batch:
         self.decoding = []
         for e, chunk in zip(decoding, chunks):
             out.append((e.seq, chunk))
+            if e.seq.stats.target_forwards == 1:
+                e.seq.stats.first_token_seconds = now - e.joined
             if chunk.finish_reason is None:
                 self.decoding.append(e)
             else:

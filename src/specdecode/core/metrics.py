@@ -30,11 +30,13 @@ class RunStats:
     verify_seconds: float = 0.0  # target forward + verification
     constraint_seconds: float = 0.0  # a grammar's masks and matcher (within draft and verify)
     wall_seconds: float = 0.0  # prefill + decoding, no model loading
+    first_token_seconds: float = 0.0  # from joining to the first step's tokens (prefill included)
 
     @classmethod
     def combined(cls, runs: list["RunStats"]) -> "RunStats":
         """Runs that went side by side (the choices of one request): counts and seconds summed,
-        so τ is tokens per forward of one sequence; the wall time is the longest's."""
+        so τ is tokens per forward of one sequence; the wall time is the longest's, the first
+        token the earliest's."""
         out = cls()
         for run in runs:
             for name in ("new_tokens", "confirmed_tokens", "target_forwards", "draft_forwards",
@@ -42,6 +44,7 @@ class RunStats:
                          "verify_seconds", "constraint_seconds"):
                 setattr(out, name, getattr(out, name) + getattr(run, name))
             out.wall_seconds = max(out.wall_seconds, run.wall_seconds)
+        out.first_token_seconds = min((r.first_token_seconds for r in runs), default=0.0)
         return out
 
     def observe(
@@ -100,6 +103,7 @@ class RunStats:
             "acceptance_rate": None if self.acceptance_rate is None else round(self.acceptance_rate, 4),
             "tokens_per_second": round(self.tokens_per_second, 3),
             "wall_seconds": round(self.wall_seconds, 4),
+            "first_token_seconds": round(self.first_token_seconds, 4),
             "drafted": self.drafted,
             "accepted": self.accepted,
             "acceptance_by_position": [round(r, 4) for r in self.acceptance_by_position],

@@ -29,6 +29,7 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = None  # None: a fresh random seed per request
     stop: tuple[str, ...] = ()  # stop strings (need a decode function)
+    stop_token_ids: frozenset[int] = frozenset()  # tokens that end it as the model's EOS does
     grammar: Grammar | None = None  # what the output must match (`core.constraint`); None: free
     penalties: Penalties = field(default_factory=Penalties)  # `core.penalties`; default: none
     # `core.logprobs`: None off, else each generated (prompt) token's and this many alternatives

@@ -26,6 +26,7 @@ import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import jinja2
@@ -39,6 +40,7 @@ from .gguf_check import GGUFHeader, check_gguf
 from .gguf_config import transformers_config
 from .parts import PARTED, assembled
 from .target import HFTarget
+from .fim import SPELLINGS, FimTokens, fim_prompt
 from .token_bytes import token_bytes
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -117,6 +119,26 @@ class LoadedModel:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    @cached_property
+    def fim(self) -> FimTokens | None:
+        """The model's fill-in-the-middle tokens (None: it has none)."""
+        return FimTokens.of(self.tokenizer)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of user text as text: special-token spellings in it are not tokens."""
+        return self.tokenizer(text, add_special_tokens=False,
+                              split_special_tokens=True)["input_ids"]
+
+    def encode_fim(self, prefix: str, suffix: str, before_cursor: str = "",
+                   extra: list[tuple[str, str]] = (), limit: int | None = None
+                   ) -> tuple[list[int], bool]:
+        """`fim.fim_prompt` for this model (InvalidParameterError without FIM tokens)."""
+        if self.fim is None:
+            raise InvalidParameterError(f"{self.name} has no fill-in-the-middle tokens "
+                                        f"({', '.join(SPELLINGS['prefix'][:3])}, ...)")
+        return fim_prompt(self.fim, self.encode_text, prefix, suffix, before_cursor, extra,
+                          limit)
 
     def token_bytes(self, ids: list[int]) -> list[bytes]:
         """Each token's own bytes (`token_bytes`)."""

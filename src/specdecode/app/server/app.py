@@ -11,6 +11,7 @@ is logged and answered with a generic 500 body, never a traceback.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -29,10 +30,12 @@ from ...errors import InvalidParameterError, KernelError, SpecDecodeError
 from ...grammars import GrammarCompiler
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
-from . import responses, tools
+from ...models.fim import FimTokens
+from . import infill, responses, tools
 from .guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
 from .metrics import RequestMetricsMiddleware, ServerMetrics
-from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
+from .schemas import (ChatCompletionRequest, CompletionRequest, GenerationRequest, InfillRequest,
+                      SpeculativeOptions)
 from .worker import (
     DecoderCache,
     EngineWorker,
@@ -99,6 +102,7 @@ class ServerState:
     request_timeout: float
     created: int
     tool_markers: tuple[str, str] | None  # `tools.markers` of the model (None: no tool calls)
+    fim: FimTokens | None  # the model's fill-in-the-middle tokens (None: it has none)
     grammars: GrammarCompiler  # the model's, its tokenizer set up before serving
     compiling: ThreadPoolExecutor = field(  # where grammars compile, beside the engine thread
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="specdecode-grammar"))
@@ -143,7 +147,8 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
                   lifespan=lifespan)
     state = app.state.specdecode = ServerState(
         decoder.model, worker, metrics, model_id or decoder.model.name, request_timeout,
-        int(time.time()), tools.markers(decoder.model.tokenizer), decoder.grammars.ready())
+        int(time.time()), tools.markers(decoder.model.tokenizer), decoder.model.fim,
+        decoder.grammars.ready())
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: counts 401 and 413
     _add_error_handlers(app)
@@ -181,9 +186,20 @@ def _add_routes(app: FastAPI) -> None:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        model = _state(request).model
-        return await _generate(request, body, [_completion_prompt(model, p) for p in body.prompt],
-                               chat=False)
+        state = _state(request)
+        if body.suffix is None:
+            return await _generate(request, body, [_completion_prompt(state.model, p)
+                                                   for p in body.prompt], chat=False)
+        stops = _fim_ends(state)
+        limit = state.model.context_length - (body.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS)
+        return await _generate(request, body, [infill.FimPrompt(state.model, p, body.suffix,
+                                                                 limit=limit)
+                                                for p in body.prompt], chat=False,
+                               stop_token_ids=stops)
+
+    @app.post("/infill")
+    async def infill_(body: InfillRequest, request: Request) -> Response:
+        return await _infill(request, body)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
@@ -236,6 +252,132 @@ def _chat_prompt(model: LoadedModel, messages: list[dict],
     return prepare
 
 
+def _speculative(spec: SpeculativeOptions | None) -> tuple[str | None, tuple]:
+    """The request's method and draft caps (None: the server's)."""
+    method = spec.method if spec else None
+    if method is not None and method not in DRAFTERS:
+        raise APIError(400, f"unknown speculative method {method!r} (choose from "
+                            f"{', '.join(sorted(DRAFTERS))})", param="speculative.method")
+    return method, (spec.max_draft_nodes, spec.max_draft_depth) if spec else (None, None)
+
+
+def _fim_ends(state: ServerState) -> frozenset[int]:
+    """The tokens that end a middle besides the model's EOS (a 400 for a model without FIM
+    tokens)."""
+    if state.fim is None:
+        raise InvalidParameterError(f"{state.model.name} has no fill-in-the-middle tokens "
+                                    "(<|fim_prefix|>, <fim-prefix>, <PRE>, ...): it cannot fill "
+                                    "a middle")
+    return state.fim.ends
+
+
+async def _infill(request: Request, body: InfillRequest) -> Response:
+    """llama.cpp's /infill (`infill`): `n_cmpl` completions of the middle, whole (one object, an
+    array for several) or streamed as llama.cpp streams them. Greedy completions are all the
+    same: one is decoded and copied."""
+    state, arrived = _state(request), time.monotonic()
+    if body.model:
+        state.check_model(body.model)
+    stops = _fim_ends(state)
+    context, limit = state.model.context_length, body.token_limit
+    if limit == 0:  # a warm-up of llama.cpp's prompt cache, which this server does not keep
+        return _infill_answer([infill.result(body, state.model_id, context, 0, "", "limit", 0,
+                                             0, False, 0.0, 0.0, {})], body.n_cmpl)
+    method, caps = _speculative(body.speculative)
+    prompt = infill.FimPrompt(state.model, body.input_prefix, body.input_suffix, body.prompt,
+                              [(f.filename, f.text) for f in body.input_extra],
+                              limit=context - (limit or context // 4))
+    params = dict(max_new_tokens=limit or context, temperature=body.temperature,
+                  top_k=body.top_k, top_p=body.top_p, min_p=body.min_p,
+                  seed=None if body.seed in (None, -1) else body.seed, stop=tuple(body.stop),
+                  stop_token_ids=stops)
+    job = Job([prompt], method, caps, params, state.request_timeout, None,
+              body.n_cmpl if body.temperature > 0 else 1)
+    state.worker.submit(job)
+    middles = _Middles(job, body, arrived)
+    try:
+        event = await _next_chunk(job, request)
+        if body.stream:
+            return _JobStream(_infill_events(job, event, middles, state, prompt), job)
+        while not middles.push(*event):
+            event = await _next_chunk(job, request)
+    except BaseException:
+        job.cancel()
+        raise
+    job.cancel()  # a middle ended by a rule of llama.cpp's leaves the engine here
+    return _infill_answer([middles.result(i, state, prompt) for i in range(job.choices)],
+                          body.n_cmpl)
+
+
+class _Middles:
+    """The middles of one /infill request as their chunks arrive, each ended by the model or by
+    llama.cpp's rules (`infill.MiddleEnd`), timed from the request's arrival."""
+
+    def __init__(self, job: Job, body: InfillRequest, arrived: float) -> None:
+        self.job, self.body, self.arrived = job, body, arrived
+        self.ends = [infill.MiddleEnd(body.n_indent, body.t_max_predict_ms)
+                     for _ in range(job.choices)]
+        self.texts, self.tokens = [""] * job.choices, [0] * job.choices
+        self.finished: list[str | None] = [None] * job.choices  # "eos" or "limit" once done
+        self.first: float | None = None
+        self.last = arrived
+
+    def push(self, index: int, chunk: Chunk) -> bool:
+        """Take a chunk of choice `index` (its new text in `delta`); True once all are done."""
+        self.first = self.first or time.monotonic()
+        self.delta = ""
+        if self.finished[index] is None:
+            end = self.ends[index]
+            self.delta = end.push(chunk.text, final=chunk.finish_reason is not None)
+            self.texts[index] += self.delta
+            self.tokens[index] += len(chunk.token_ids)
+            if end.ended or chunk.finish_reason is not None:
+                self.finished[index] = "eos" if chunk.finish_reason == "stop" else "limit"
+                self.last = time.monotonic()
+        return all(self.finished)
+
+    def result(self, index: int, state: ServerState, prompt: infill.FimPrompt) -> dict:
+        job = self.job
+        stats = responses.usage(job.prompt_tokens, [job.runs[index]], job.decoder,
+                                job.budget)["speculative"]
+        first = self.first or self.last
+        return infill.result(self.body, state.model_id, state.model.context_length, index,
+                             self.texts[index], self.finished[index] or "limit",
+                             job.prompt_tokens, self.tokens[index], prompt.truncated,
+                             first - self.arrived, self.last - first, stats)
+
+
+def _infill_answer(results: list[dict], copies: int) -> JSONResponse:
+    """One object, or an array of `copies` (a greedy answer copied, index by index)."""
+    if copies == 1:
+        return JSONResponse(results[0])
+    return JSONResponse([{**results[i % len(results)], **({"index": i} if "index" in results[0]
+                                                         else {})} for i in range(copies)])
+
+
+async def _infill_events(job: Job, event: tuple[int, Chunk], middles: _Middles,
+                         state: ServerState, prompt: infill.FimPrompt):
+    """/infill streamed as llama.cpp streams it: a partial object per delta (stop false), then
+    each completion's whole object with stop true and its content already sent."""
+    try:
+        while True:
+            done = middles.push(*event)
+            if middles.delta:
+                yield infill.event({"index": event[0], "content": middles.delta, "tokens": [],
+                                    "stop": False, "id_slot": -1,
+                                    "tokens_predicted": middles.tokens[event[0]],
+                                    "tokens_evaluated": job.prompt_tokens})
+            if done:
+                break
+            event = await job.next_event()
+        for i in range(job.choices):
+            yield infill.event({**middles.result(i, state, prompt), "content": ""})
+    except Exception as exc:
+        yield f"error: {json.dumps(api_error(exc).body(), separators=(',', ':'))}\n\n"
+    finally:
+        job.cancel()
+
+
 def _sampling_params(body: GenerationRequest, context_length: int, chat: bool) -> dict:
     """Engine keyword arguments from the request; max_tokens is checked against the model."""
     limit = body.token_limit
@@ -254,19 +396,16 @@ def _sampling_params(body: GenerationRequest, context_length: int, chat: bool) -
 async def _generate(request: Request, body: GenerationRequest,
                     prepares: list[Callable[[], list[int]]], chat: bool,
                     output_format: tuple[str, Any] | None = None,
-                    tool_calls: bool = False) -> Response:
+                    tool_calls: bool = False,
+                    stop_token_ids: frozenset[int] = frozenset()) -> Response:
     """Serve one generation: `n` choices of each prompt (`prepares`), decoded side by side;
     `output_format` constrains them, `tool_calls` parses their tool-call blocks into OpenAI's
-    `tool_calls`."""
+    `tool_calls`; `stop_token_ids` end them as the model's EOS does."""
     state = _state(request)
     state.check_model(body.model)
     params = _sampling_params(body, state.model.context_length, chat)
-    spec = body.speculative
-    method = spec.method if spec else None
-    caps = (spec.max_draft_nodes, spec.max_draft_depth) if spec else (None, None)
-    if method is not None and method not in DRAFTERS:
-        raise APIError(400, f"unknown speculative method {method!r} (choose from "
-                            f"{', '.join(sorted(DRAFTERS))})", param="speculative.method")
+    params["stop_token_ids"] = stop_token_ids
+    method, caps = _speculative(body.speculative)
     if len(prepares) * body.n > state.worker.max_batch:
         raise APIError(400, f"{len(prepares)} prompt(s) x n={body.n} make {len(prepares) * body.n}"
                             f" choices; this server decodes at most {state.worker.max_batch} "

@@ -189,7 +189,7 @@ class CompletionRequest(GenerationRequest):
     prompt: Any  # a string, token ids, or a batch of either; see _prompts
     echo: bool = False  # the prompt before the completion (and its logprobs, when asked)
     best_of: int | None = None  # only n: every choice decoded is returned
-    suffix: str | None = None
+    suffix: str | None = None  # the text after the middle to fill (fill-in-the-middle)
     logprobs: int | None = Field(None, ge=0, le=MAX_COMPLETION_LOGPROBS)
 
     @field_validator("prompt")
@@ -207,8 +207,8 @@ class CompletionRequest(GenerationRequest):
     def _unsupported_completion(self) -> "CompletionRequest":
         if self.best_of is not None and self.best_of != self.n:
             raise ValueError("best_of must equal n: this server returns every choice it decodes")
-        if self.suffix:
-            raise ValueError("suffix is not supported by this server")
+        if self.suffix is not None and not all(isinstance(p, str) for p in self.prompt):
+            raise ValueError("suffix needs text prompts (the code before the middle)")
         return self
 
     @property
@@ -333,3 +333,61 @@ class ChatCompletionRequest(GenerationRequest):
         if self.max_completion_tokens is not None:
             return self.max_completion_tokens
         return self.max_tokens
+
+
+class InfillFile(BaseModel):
+    """One file of `/infill`'s input_extra (its `time`, which the editors send in two shapes, and
+    any other key are context the server does not need)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    text: str
+    filename: str = "tmp"  # llama.cpp's name for a file sent without one
+
+
+class InfillRequest(_Strict):
+    """llama.cpp's `/infill` body, as its editor plugins (llama.vscode, llama.vim) send it: the
+    code before the cursor (`input_prefix`, then `prompt`: the cursor's line up to the cursor),
+    after it (`input_suffix`) and other files (`input_extra`). Greedy unless `temperature` > 0
+    (llama.cpp's own `infill` sampler is not reproduced: the middle ends where the model writes
+    its end, as llama.cpp ends it, or by `n_indent`)."""
+
+    input_prefix: str = ""
+    input_suffix: str = ""
+    input_extra: list[InfillFile] = Field(default_factory=list)
+    prompt: str = ""
+    n_predict: int = Field(-1, ge=-1)  # -1: until the middle ends (or the context is full)
+    max_tokens: int | None = Field(None, ge=0)  # llama.cpp's alias of n_predict
+    n_indent: int = Field(0, ge=0)  # after the first line, a line indented less ends the middle
+    t_max_predict_ms: Number = -1.0  # past this, a new line ends the middle (<= 0: no limit)
+    temperature: Number = Field(0.0, ge=0)
+    top_k: int = Field(0, ge=0)
+    top_p: Number = Field(1.0, gt=0, le=1)
+    min_p: Number = Field(0.0, ge=0, le=1)
+    seed: int | None = Field(None, ge=-1, le=SEED_MAX)  # -1: a random seed, as llama.cpp reads it
+    stop: list[str] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
+    stream: bool = False
+    n_cmpl: int = Field(1, ge=1)  # completions to return (llama.vscode asks for 3)
+    response_fields: list[str] | None = None  # paths ("timings/prompt_n") of a flat answer
+    model: str | None = None  # "" (llama.vim's default) names no model
+    speculative: SpeculativeOptions | None = None
+    # llama.cpp's own, sent by its plugins, with no meaning here: one request per slot (no
+    # slots), its prompt cache (prompts are read anew), its sampler order, a prompt time limit
+    # llama.cpp does not implement either, adapters
+    id_slot: int | None = None
+    cache_prompt: bool | None = None
+    samplers: list[str] | str | None = None
+    t_max_prompt_ms: Number | None = None
+    lora: list[Any] | None = None
+
+    @field_validator("lora")
+    @classmethod
+    def _no_adapters(cls, lora: list[Any] | None) -> list[Any] | None:
+        if lora:
+            raise ValueError("lora adapters are not supported by this server")
+        return lora
+
+    @property
+    def token_limit(self) -> int | None:
+        limit = self.max_tokens if self.max_tokens is not None else self.n_predict
+        return None if limit < 0 else limit

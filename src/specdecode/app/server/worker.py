@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 from ...core.budget import DraftBudget
 from ...core.constraint import Grammar
 from ...core.engine import Batch, Chunk, Speculation
+from ...core.metrics import RunStats
 from ...core.sequence import Sequence
 from ...errors import KernelError, SpecDecodeError
 from ...models import LoadedModel
@@ -87,6 +88,7 @@ class Job:
         self.created = time.monotonic()
         self.deadline = self.created + timeout
         self.prompt_ids: list[list[int]] = []  # set by the worker before the first chunk is sent
+        self.runs: list[RunStats] = []  # each choice's statistics, as they grow (worker's)
         self.pieces: dict[int, bytes] = {}  # token id -> its bytes, for logprobs and echo
         self.decoder: SpecDecoder | None = None  # set by the worker before the first chunk
         self.budget: DraftBudget | None = None  # the caps it runs with, set with the decoder
@@ -282,6 +284,7 @@ class EngineWorker:
                 seq = batch.join(request) if first is None else batch.fork(first, request)
                 first = first or seq
                 seqs.append(seq)
+                job.runs.append(seq.stats)
                 self._running[id(seq)] = (job, seq, p * job.n + i)
 
     def _leave_stopped(self, batch: Batch) -> None:
