@@ -168,6 +168,12 @@ def _add_bench(sub: "argparse._SubParsersAction") -> None:
                    "question with a \"json_schema\" (category \"structured\") is answered "
                    "under that schema, and the report says how many tokens the grammar forced "
                    "and what its masks cost")
+    b.add_argument("--fim", type=int, metavar="N",
+                   help="instead of Spec-Bench: N fill-in-the-middle prompts, functions of "
+                        "Python's own library with one to four statements cut out (the editor's "
+                        "60 lines before and 30 after), each decoded until the model ends the "
+                        "middle; the report gives time to the first token and to the whole "
+                        "middle. Needs a model with FIM tokens (qwen2.5-coder-1.5b)")
 
 
 def _add_tune(sub: "argparse._SubParsersAction") -> None:

@@ -155,3 +155,24 @@ def test_structured_questions_refuse_the_peers(tmp_path, capsys, tiny_real_vocab
             "--methods", "ar,hf", "--out", str(tmp_path / "out")]
     assert main(argv) == 2
     assert "leave out hf" in capsys.readouterr().err
+
+
+def test_fim_runs_the_middles_and_reports_their_latency(tmp_path, tiny_fim_model):
+    out = tmp_path / "out"
+    argv = ["bench", "--model", str(tiny_fim_model), "--fim", "3", "--methods", "ar,lookup",
+            "--max-new-tokens", "8", "--repeats", "1", "--out", str(out)]
+    assert main(argv) == 0
+    runs = records(out)
+    assert {r["group"] for r in runs} == {"fill-in-the-middle"} and len(runs) == 6
+    assert all(0 < r["first_token_seconds"] <= r["seconds"] for r in runs)
+    by = {(r["question_id"], r["method"]): r["token_ids"] for r in runs}
+    assert all(by[(q, "lookup")] == by[(q, "ar")] for q, _ in by)
+    report = (out / "bench.md").read_text()
+    assert "## fill-in-the-middle: latency (3 middles cut from 20 modules" in report
+
+
+def test_fim_needs_a_model_with_fim_tokens(tmp_path, capsys, tiny_real_vocab_model):
+    argv = ["bench", "--model", str(tiny_real_vocab_model), "--fim", "3", "--methods", "ar",
+            "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    assert "--fim needs a model with fill-in-the-middle tokens" in capsys.readouterr().err

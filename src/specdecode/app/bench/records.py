@@ -32,6 +32,7 @@ class Record:
     prefill_seconds: float | None = None  # of `seconds`; None for the transformers / llama.cpp peers
     forced: int | None = None  # draft tokens a question's grammar forced (`RunStats.forced`)
     grammar_seconds: float | None = None  # of `seconds`: the grammar's masks and matcher
+    first_token_seconds: float | None = None  # of `seconds`: to the first tokens (ours only)
 
     @property
     def key(self) -> tuple[int, int, str, int]:

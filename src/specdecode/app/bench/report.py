@@ -38,7 +38,8 @@ def summarize(records: list[Record]) -> dict:
             acc = rows.setdefault(group, {}).setdefault(method, dict(
                 tokens=0, seconds=0.0, decoding_seconds=0.0, forwards=0, confirmed=0, drafted=0,
                 accepted=0, prompts=0, mismatches=0, drafted_at=[], accepted_at=[],
-                structured_tokens=0, structured_seconds=0.0, forced=0, grammar_seconds=0.0))
+                structured_tokens=0, structured_seconds=0.0, forced=0, grammar_seconds=0.0,
+                first_token_seconds=0.0, timed_first=0))
             acc["tokens"] += tokens
             acc["seconds"] += seconds
             if decoding is None or acc["decoding_seconds"] is None:
@@ -50,6 +51,9 @@ def summarize(records: list[Record]) -> dict:
             acc["confirmed"] += first.confirmed_tokens or 0
             acc["drafted"] += first.drafted or 0
             acc["accepted"] += first.accepted or 0
+            if all(r.first_token_seconds is not None for r in reps):
+                acc["first_token_seconds"] += average(r.first_token_seconds for r in reps)
+                acc["timed_first"] += 1
             if first.grammar_seconds is not None:  # a question with a json_schema
                 acc["structured_tokens"] += first.new_tokens
                 acc["structured_seconds"] += seconds
@@ -152,6 +156,20 @@ def format_report(summary: dict, info: dict, audit: list[dict] | None) -> str:
                      if acc["structured_seconds"] else None)
             lines.append(f"| {name} | {acc['forced_share']:.0%} | "
                          f"{acc['grammar_ms_per_token']:.2f} | {_fmt(share, '.1%')} |")
+    fim = summary.get("fill-in-the-middle", {})
+    if fim and info.get("fim"):
+        lines += ["", f"## fill-in-the-middle: latency ({info['fim']['prompts']} middles cut from "
+                      f"{info['fim']['modules']} modules of Python {info['fim']['python']}'s "
+                      "library)", "",
+                  "| method | time to first token, mean ms | whole middle, mean ms | "
+                  "tokens per middle | × our ar |", "|---|---:|---:|---:|---:|"]
+        for name, acc in fim.items():
+            first = (1e3 * acc["first_token_seconds"] / acc["timed_first"]
+                     if acc["timed_first"] else None)
+            lines.append(f"| {name} | {_fmt(first, '.0f')} | "
+                         f"{1e3 * acc['seconds'] / acc['prompts']:.0f} | "
+                         f"{acc['tokens'] / acc['prompts']:.1f} | "
+                         f"{_fmt(acc.get('speedup_vs_ar'), '.2f')} |")
     if audit is not None:
         lines += ["", *format_audit(audit)]
     return "\n".join(lines)

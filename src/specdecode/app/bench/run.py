@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import resource
 import subprocess
 import sys
@@ -26,6 +27,8 @@ from ...timing import cpu_name
 from ..options import check_args, drafter_values, load, positive_ints, resolve_args
 from . import llamacpp, llamacpp_programs
 from .audit import greedy_audit
+from .fim import MODULES as FIM_MODULES
+from .fim import fim_questions
 from .records import Record, RecordStore
 from .report import format_report, summarize
 from .specbench import (LLAMA_CPP_PEERS, LLAMA_CPP_PROGRAMS, PEERS, group_of, load_questions,
@@ -44,8 +47,8 @@ def default_methods() -> str:
 def run_bench(args: argparse.Namespace) -> int:
     """`specdecode bench`: every method (and peer) on every selected prompt, interleaved; the
     records kept in --out as they come, then the report, its JSON and plots."""
-    if args.limit < 1 or args.repeats < 1 or args.max_new_tokens < 1:
-        raise InvalidParameterError("--limit, --repeats and --max-new-tokens must be >= 1")
+    if args.limit < 1 or args.repeats < 1 or args.max_new_tokens < 1 or (args.fim or 1) < 1:
+        raise InvalidParameterError("--limit, --repeats, --max-new-tokens and --fim must be >= 1")
     if args.cross_request_memory and args.repeats != 1:
         raise InvalidParameterError("--cross-request-memory needs --repeats 1: a repeat would "
                                     "draft from its own earlier run")
@@ -61,19 +64,25 @@ def run_bench(args: argparse.Namespace) -> int:
         methods.insert(0, "ar")  # every speed-up is relative to our plain decoding
     check_args(args)
     model = load(args)
+    if args.fim and model.fim is None:
+        raise InvalidParameterError(f"--fim needs a model with fill-in-the-middle tokens; "
+                                    f"{model.name} has none")
     contestants = _Contestants.of(args, model, methods, sweep)
     settings = {"model": model.key, "backend": model.backend, "dtype": args.dtype,
                 "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
                 "questions": args.questions or "shipped", "max_draft_nodes": args.max_draft_nodes,
                 "max_draft_depth": args.max_draft_depth, "adaptive": args.adaptive,
                 "options": drafter_values(args), "hf_lookup_tokens": args.hf_lookup_tokens,
-                "cross_request_memory": args.cross_request_memory}
+                "cross_request_memory": args.cross_request_memory, "fim": args.fim}
+    if args.fim:
+        settings["python"] = platform.python_version()  # the FIM set is its library's code
     store = RecordStore(Path(args.out), settings, args.resume)
-    questions = select(load_questions(args.questions), args.limit)
-    structured = [label for label, (m, _) in contestants.labels.items() if m in PEERS]
-    if structured and any("json_schema" in q for q in questions):
-        raise InvalidParameterError(f"questions with a json_schema run on our methods only: "
-                                    f"leave out {', '.join(structured)}")
+    questions = (fim_questions(args.fim) if args.fim
+                 else select(load_questions(args.questions), args.limit))
+    peers = [label for label, (m, _) in contestants.labels.items() if m in PEERS]
+    if peers and any("json_schema" in q or "prefix" in q for q in questions):
+        raise InvalidParameterError(f"questions with a json_schema and fill-in-the-middle run on "
+                                    f"our methods only: leave out {', '.join(peers)}")
     runner = _Runner(args, model, store, contestants)
     runner.run_all(questions)
     return _report(args, model, questions, runner)
@@ -174,7 +183,10 @@ class _Runner:
         key = (q["question_id"], turn)
         if key not in self.prompts:
             turns, model = turns_of(q), self.model
-            if turn == 1:
+            if "prefix" in q:  # fill-in-the-middle, cut (as llama.cpp cuts) to leave room
+                self.prompts[key] = model.encode_fim(q["prefix"], q["suffix"], limit=(
+                    model.context_length - self.args.max_new_tokens))[0]
+            elif turn == 1:
                 self.prompts[key] = model.encode_prompt(turns[0])
             else:
                 answer = self.store.get((q["question_id"], 1, "ar", 0))
@@ -185,8 +197,9 @@ class _Runner:
         return self.prompts[key]
 
     def run(self, label: str, ids: list[int], max_new: int, repeat: int,
-            schema: dict | None = None) -> dict:
-        """One generation by `label`'s method: a Record's fields."""
+            schema: dict | None = None, fim: bool = False) -> dict:
+        """One generation by `label`'s method: a Record's fields (`fim`: it ends where the
+        middle does)."""
         args, model, c = self.args, self.model, self.c
         method, depth = c.labels[label]
         if label in c.program_peers:
@@ -209,10 +222,12 @@ class _Runner:
         decoder = c.decoders[method]
         grammar = None if schema is None else decoder.grammars.json_schema(schema)
         result = decoder.generate(ids, max_new_tokens=max_new, max_draft_depth=depth,
-                                  temperature=args.temperature, seed=repeat, grammar=grammar)
+                                  temperature=args.temperature, seed=repeat, grammar=grammar,
+                                  stop_token_ids=model.fim.ends if fim else frozenset())
         s = result.stats
         return dict(new_tokens=s.new_tokens, seconds=s.wall_seconds,
                     prefill_seconds=s.prefill_seconds, token_ids=result.token_ids,
+                    first_token_seconds=s.first_token_seconds,
                     target_forwards=s.target_forwards, confirmed_tokens=s.confirmed_tokens,
                     drafted=s.drafted, accepted=s.accepted, drafted_at=list(s.drafted_at),
                     accepted_at=list(s.accepted_at),
@@ -248,7 +263,7 @@ class _Runner:
         try:
             for q, turn, repeat, label in todo:
                 result = self.measured(label, self.prompt_ids(q, turn), args.max_new_tokens,
-                                       repeat, q.get("json_schema"))
+                                       repeat, q.get("json_schema"), "prefix" in q)
                 if result is not None:
                     store.add(Record(q["question_id"], turn, group_of(q), label, repeat,
                                      **result))
@@ -272,6 +287,8 @@ def _report(args: argparse.Namespace, model: LoadedModel, questions: list[dict],
     crashed = runner.crashed
     info = {"model": model.name, "backend": model.backend, "dtype": model.weights,
             "temperature": args.temperature, "limit": args.limit, "repeats": args.repeats,
+            "fim": args.fim and {"prompts": len(questions), "python": platform.python_version(),
+                                 "modules": len(FIM_MODULES)},
             "max_new_tokens": args.max_new_tokens,
             "methods": {label: _describe(label, c.labels, c.decoders, c.program_peers, args)
                         + (f" — {crashed[label]}, its rows left out" if label in crashed else "")

@@ -21,11 +21,12 @@ GROUPS = {
     "code generation": {"code"},  # not in Spec-Bench: HumanEval-style prompts of --questions files
     # not in Spec-Bench: prompts of --questions files whose answer follows their "json_schema"
     "structured output": {"structured"},
+    "fill-in-the-middle": {"fim"},  # not in Spec-Bench: `bench --fim`, code with a middle cut
 }
 SHORT = {"multi-turn conversation": "mt-bench", "translation": "trans", "summarization": "sum",
          "question answering": "qa", "mathematical reasoning": "math",
          "retrieval-augmented generation": "rag", "code generation": "code",
-         "structured output": "json"}
+         "structured output": "json", "fill-in-the-middle": "fim"}
 # transformers generate() (plain, prompt lookup, draft model) on the same weights, and llama.cpp
 # (plain, prompt lookup) on the model's GGUF file
 LLAMA_CPP_PEERS = ("llamacpp", "llamacpp-lookup")  # through llama-cpp-python
