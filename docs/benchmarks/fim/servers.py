@@ -2,10 +2,9 @@
 llama.cpp's own server (`llama-server`, built by `make peers`) on the same GGUF file, the same
 `/infill` requests (the bench's FIM set: `bench --fim 20`, functions of Python's library with a
 middle cut out; `input_prefix`, `input_suffix`, n_predict 128, greedy), streamed, 2 threads.
-Each server alone on the machine, in the order ours, llama, ours (`ar`), ours, llama, ours
-(`ar`): per request the client's time to the first streamed text and to the last, means over
-the requests, the better of each server's two rounds. Our answers are checked to be plain
-decoding's (`ar`), token for token.
+Each server alone on the machine, one after the other (ours, llama, ours with `ar`): per
+request the client's time to the first streamed text and to the last, means over the requests.
+Our answers are checked to be plain decoding's (`ar`), text for text.
 
     .venv/bin/python docs/benchmarks/fim/servers.py > docs/benchmarks/fim/servers.txt
 """
@@ -85,12 +84,7 @@ def main() -> None:
     questions = fim_questions(N)
     print(f"{N} /infill requests (bench --fim {N}), {MODEL} ({gguf_file(MODEL).name}), "
           f"{cpu_name()}, 2 threads; streamed, greedy, n_predict 128")
-    best: dict[str, list[tuple]] = {}
-    for _ in range(2):
-        for label, command in servers().items():
-            runs = round_of(label, command, questions)
-            if label not in best or sum(r[1] for r in runs) < sum(r[1] for r in best[label]):
-                best[label] = runs
+    best = {label: round_of(label, command, questions) for label, command in servers().items()}
     print("| server | time to first token, mean ms | whole middle, mean ms |")
     print("|---|---:|---:|")
     for label, runs in best.items():

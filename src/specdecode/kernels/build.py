@@ -10,14 +10,18 @@ keyed by the sources, the compiler and the flags; building one removes those no 
 for 30 days (`UNUSED_DAYS`). `SPECDECODE_CFLAGS` adds flags to every
 build (CI's sanitizer job: `-fsanitize=address,undefined`), keyed like the rest.
 
-The exported functions and their ctypes signatures come from one header, `csrc/kernels.h`.
+The exported functions and their ctypes signatures come from one header, `csrc/kernels.h`, and
+so do the constants of the contract between C and Python (`constants`: the stack's record
+layout, the kinds of a matrix part, the row-invariance rule).
 """
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import functools
 import hashlib
+import operator
 import os
 import platform
 import re
@@ -176,6 +180,35 @@ def _version(cc: str) -> str:
 
 
 _C_TYPES = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "float": ctypes.c_float}
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+
+@functools.cache
+def constants(header: Path = HEADER) -> dict[str, int]:
+    """The header's integer constants: each `#define NAME value` whose value is integers and
+    earlier such names joined by + - * and parentheses, and each enumerator given a value."""
+    text = re.sub(r"/\*.*?\*/", " ", header.read_text(), flags=re.S)
+    found: dict[str, int] = {}
+
+    def value(node: ast.expr) -> int:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            return found[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            return _ARITHMETIC[type(node.op)](value(node.left), value(node.right))
+        raise KeyError(ast.dump(node))
+
+    for name, expression in re.findall(r"^[ \t]*#define[ \t]+(\w+)[ \t]+(.+?)[ \t]*$", text,
+                                       flags=re.M):
+        try:
+            found[name] = value(ast.parse(expression, mode="eval").body)
+        except (SyntaxError, KeyError):
+            continue  # not an integer constant (a macro of another kind)
+    for body in re.findall(r"\benum\b[^{;]*{([^}]*)}", text):
+        found.update((name, int(number)) for name, number in
+                     re.findall(r"(\w+)\s*=\s*(\d+)", body))
+    return found
 
 
 def signatures(header: Path = HEADER) -> dict[str, tuple[object, list]]:

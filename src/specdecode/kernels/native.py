@@ -11,17 +11,19 @@ import torch
 
 from ..errors import KernelError
 from ..quant import BLOCK, FORMATS, QuantTensor, decode, in_row_chunks
+from .build import constants
 from .layer import ACTIVATIONS, DecoderLayer, StackShape
 from .torch_path import ROW_INVARIANT_ROWS, CacheRows, each_sequence, long_attention
 
 _LINEAR = {torch.float32: "linear_f32", torch.bfloat16: "linear_bf16",
            torch.float16: "linear_f16"}
 _KV = {torch.float32: 0, torch.float16: 1}  # a KV cache's dtype -> the kernel's kv_f16
-# kernels.h: the decoder stack's description for `decoder_layers`
-STACK_HEADER, MAX_PARTS = 8, 3
-MATRIX_RECORD = 4 + 3 * MAX_PARTS
-_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}  # a part's kind; 16 + f: blocks
-_BLOCKS = 16
+# kernels.h: the decoder stack's record layout for `decoder_layers`
+_C = constants()
+STACK_HEADER, MAX_PARTS = _C["STACK_HEADER"], _C["MAX_PARTS"]
+_KIND = {torch.float32: _C["PART_F32"], torch.bfloat16: _C["PART_BF16"],
+         torch.float16: _C["PART_F16"]}  # a matrix part's kind; _BLOCKS + f: block format f
+_BLOCKS = _C["PART_BLOCKS"]
 
 
 # kernels.h: the codes a kernel returns besides 0

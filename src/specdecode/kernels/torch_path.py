@@ -18,12 +18,14 @@ import torch.nn.functional as F
 
 from ..quant import QuantTensor
 from ..rope import rotate
+from .build import constants
 from .layer import DecoderLayer, StackShape
 
-# Calls of up to this many rows are row-invariant on every path: decoding and verification steps.
-# Longer ones are prompt prefills, which every method computes in the same call, and take
-# torch's batched routines (its flash attention is faster than a plain loop over the keys there).
-ROW_INVARIANT_ROWS = 64
+# Calls of up to this many rows are row-invariant on every path (the rule kernels.h states):
+# decoding and verification steps. Longer ones are prompt prefills, which every method computes
+# in the same call, and take torch's batched routines (its flash attention is faster than a
+# plain loop over the keys there).
+ROW_INVARIANT_ROWS = constants()["ROW_INVARIANT_ROWS"]
 
 
 @dataclass(frozen=True)

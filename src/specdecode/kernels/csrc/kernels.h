@@ -62,9 +62,21 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
               int64_t H, int64_t G, int64_t d, int64_t window, float scale, int kv_f16,
               int threads);
 
+/* The contract between these kernels and Python, stated here once: Python reads these constants
+ * from this header (build.constants), as it reads the prototypes.
+ *
+ * Calls of up to ROW_INVARIANT_ROWS rows per sequence are row-invariant on every path: a row's
+ * numbers are the same whatever else the call holds (decoding and verification steps); longer
+ * calls are prompt prefills, which every method computes alike. */
+#define ROW_INVARIANT_ROWS 64
+/* the kind of a matrix part in a stack record: fp32, bf16 or fp16 panels, or PART_BLOCKS + f for
+ * block format f (packed for `linear_quant`) */
+enum part_kind { PART_F32 = 0, PART_BF16 = 1, PART_F16 = 2, PART_BLOCKS = 16 };
+
 /* The decoder layers `layers[0..n_layers-1]` (indices into `stack`) of a model on its residual
  * stream x: [T, hidden], updated in place (layers.c); the caches and rows as for `attention`,
- * which each layer calls with its own index. Every sequence has at most 64 rows. cos[i], sin[i]
+ * which each layer calls with its own index. Every sequence has at most ROW_INVARIANT_ROWS rows
+ * (a call with more is refused). cos[i], sin[i]
  * for i < tables: the rotary tables a layer may name, each [rope_rows, d].
  * stack: STACK_HEADER numbers (hidden, heads H, KV heads G, head size d, the MLP's inner size,
  * the number of layer records: a `layers` entry outside them is refused; the activation, 0 SwiGLU
@@ -74,8 +86,7 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
  * output, on each q head and on each k head (both or neither); its attention window (0: none); the
  * index of its rotary tables; then MATRIX_RECORD numbers for each of qkv, out, gate_up and down:
  * in features, parts (1..MAX_PARTS, stacked by rows), the address of an fp32 bias (0: none), out
- * features, then per part its kind (0 fp32, 1 bf16, 2 fp16 panels, 16 + f: block format f, as
- * packed for `linear_quant`), its rows and its data's address. */
+ * features, then per part its kind (`part_kind`), its rows and its data's address. */
 #define STACK_HEADER 8
 #define MAX_PARTS 3
 #define MATRIX_RECORD (4 + 3 * MAX_PARTS)

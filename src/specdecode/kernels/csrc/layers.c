@@ -18,8 +18,7 @@
 
 #include "kernels.h"
 
-enum { F32 = 0, BF16 = 1, F16 = 2, BLOCKS = 16 }; /* a part's kind; BLOCKS + f: block format f */
-enum { SWIGLU = 0, GEGLU = 1 };                    /* the stack's activation */
+enum { SWIGLU = 0, GEGLU = 1 }; /* the stack's activation */
 /* a layer record's numbers before its matrices (kernels.h) */
 enum { INPUT_NORM, ATTENTION_OUT_NORM, FFN_NORM, FFN_OUT_NORM, Q_NORM, K_NORM, WINDOW, ROPE,
        NORMS_AND_RULES };
@@ -28,10 +27,10 @@ _Static_assert(LAYER_RECORD == NORMS_AND_RULES + 4 * MATRIX_RECORD, "kernels.h's
 /* y = x @ w.T for one part: [T, I] -> [T, rows] */
 static int part(int64_t kind, const void *w, const float *x, float *y, int64_t T, int64_t I,
                 int64_t rows, int threads) {
-    if (kind == F32) return linear_f32(x, w, y, T, I, rows, threads);
-    if (kind == BF16) return linear_bf16(x, w, y, T, I, rows, threads);
-    if (kind == F16) return linear_f16(x, w, y, T, I, rows, threads);
-    return linear_quant(x, w, y, T, I, rows, (int)(kind - BLOCKS), threads);
+    if (kind == PART_F32) return linear_f32(x, w, y, T, I, rows, threads);
+    if (kind == PART_BF16) return linear_bf16(x, w, y, T, I, rows, threads);
+    if (kind == PART_F16) return linear_f16(x, w, y, T, I, rows, threads);
+    return linear_quant(x, w, y, T, I, rows, (int)(kind - PART_BLOCKS), threads);
 }
 
 /* y = x @ m.T (+ bias) for the matrix described at m (kernels.h): [T, in] -> [T, out]; `spare`
@@ -85,6 +84,8 @@ int decoder_layers(float *x, int64_t T, const int64_t *stack, const int64_t *lay
             layer[ROPE] < 0 || layer[ROPE] >= tables)
             return 1;
     }
+    for (int64_t s = 0; s < S; s++)
+        if (rows[s] > ROW_INVARIANT_ROWS) return 1; /* a prefill's long chunk: not for this call */
     const int64_t qkv_width = (H + 2 * G) * d;
     const int64_t widest = 2 * inner > qkv_width ? 2 * inner : qkv_width;
     const int64_t middle = inner > H * d ? inner : H * d;
