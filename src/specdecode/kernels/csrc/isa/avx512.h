@@ -1,5 +1,5 @@
 /* AVX-512 F and BW (with VNNI's dot-product instruction where SPECDECODE_VNNI is defined, and AMX's
- * matrix tiles for the block formats' long calls where SPECDECODE_AMX is: isa/amx.h): 16 fp32
+ * matrix tiles for the block formats' long calls where SPECDECODE_AMX is: amx.c): 16 fp32
  * lanes, 32 vector registers. */
 #include <immintrin.h>
 

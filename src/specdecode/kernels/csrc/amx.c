@@ -1,6 +1,6 @@
 /* AMX, Intel's matrix tiles (Sapphire Rapids and later), for the block formats' products of
- * qlinear.c on calls of many rows (prompt chunks, batches of sequences). Included by qlinear.c,
- * after its format facts, where the path is built with SPECDECODE_AMX.
+ * qlinear.c on calls of many rows (prompt chunks, batches of sequences), where the path is built
+ * with SPECDECODE_AMX (on the other paths this unit is empty). The formats: qformats.h.
  *
  * One TDPBSSD forms a block's integer sums for AMX_ROWS rows of x and one panel of VL output
  * rows: tile A holds the rows' rounded x (AMX_ROWS x 32 signed bytes), tile B the panel's weights
@@ -19,9 +19,14 @@
  * Linux grants a process the tiles' register state only when asked (arch_prctl); where it is
  * not granted, every call takes the vector tile.
  */
+#ifdef SPECDECODE_AMX
 #include <stdatomic.h>
 #include <sys/syscall.h>
+#include <stdlib.h>
 #include <unistd.h>
+
+#include "qformats.h"
+#include "threads.h"
 
 #define AMX_ROWS 16 /* rows of x in one product: a tile's rows */
 /* Calls of fewer rows take the vector tile, as fast or faster for them. The K formats' vector
@@ -29,7 +34,7 @@
  * decoder layers: 32 rows 15% faster in vector tiles, 48 2%, 64 even, 128 20% slower; the 0.5B's
  * Q5_0 and Q8_0 even at 32, matrix tiles 15% faster at 64; SmolLM2's Q4_1 10-15% faster in matrix
  * tiles from 32: BENCHMARKS.md) */
-ALWAYS_INLINE int amx_min_rows(int format) { return blocks_per_super(format) > 1 ? 64 : 32; }
+int amx_min_rows(int format) { return blocks_per_super(format) > 1 ? 64 : 32; }
 /* products formed before the first one's sums are read (a product, the store of its sums and
  * their loads follow each other with long latencies): tiles 0..3 hold their sums, and x and the
  * weights alternate between tiles 4, 5 and 6, 7 */
@@ -53,7 +58,7 @@ struct tile_config {
 
 /* 1 once the OS has granted this process the tile state; asked once (the request is idempotent,
  * so threads racing here all get the same answer) */
-static int amx_usable(void) {
+int amx_usable(void) {
     static atomic_int granted = -1;
     int answer = atomic_load_explicit(&granted, memory_order_relaxed);
     if (answer < 0) {
@@ -194,8 +199,8 @@ static const task_fn AMX_TASKS[FORMATS] = {amx_task_Q8_0, amx_task_Q4_0, amx_tas
                                            amx_task_Q5_K, amx_task_Q6_K, amx_task_Q3_K};
 
 /* linear_quant in matrix tiles */
-static int amx_linear(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,
-                      int format, int threads) {
+int amx_linear(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,
+               int format, int threads) {
     const int64_t blocks = I / BLOCK, tiles = (T + AMX_ROWS - 1) / AMX_ROWS * blocks;
     struct xtile *rounded = aligned_alloc(64, sizeof *rounded * (size_t)tiles);
     if (!rounded) return 2;
@@ -207,3 +212,5 @@ static int amx_linear(const float *x, const uint8_t *w, float *y, int64_t T, int
     free(rounded);
     return atomic_load_explicit(&job.failed, memory_order_relaxed) ? 2 : 0; /* threads joined */
 }
+
+#endif
