@@ -169,6 +169,7 @@ def test_fim_runs_the_middles_and_reports_their_latency(tmp_path, tiny_fim_model
     assert all(by[(q, "lookup")] == by[(q, "ar")] for q, _ in by)
     report = (out / "bench.md").read_text()
     assert "## fill-in-the-middle: latency (3 middles cut from 20 modules" in report
+    assert "8 new tokens, 3 fill-in-the-middle prompts, median of 1" in report.splitlines()[0]
 
 
 def test_fim_needs_a_model_with_fim_tokens(tmp_path, capsys, tiny_real_vocab_model):

@@ -114,9 +114,10 @@ def leaderboard(summary: dict, base: str) -> list[str]:
 def format_report(summary: dict, info: dict, audit: list[dict] | None) -> str:
     m = info["machine"]
     mode = "greedy" if not info["temperature"] else f"sampling at temperature {info['temperature']}"
+    prompts = (f"{info['fim']['prompts']} fill-in-the-middle prompts" if info.get("fim") else
+               f"first {info['limit']} prompts per group (MT-bench: both turns)")
     lines = [f"# specdecode bench — {info['model']} ({info['backend']}, {info['dtype']}), {mode}, "
-             f"{info['max_new_tokens']} new tokens, first {info['limit']} prompts per group "
-             f"(MT-bench: both turns), median of {info['repeats']}",
+             f"{info['max_new_tokens']} new tokens, {prompts}, median of {info['repeats']}",
              f"machine: {m['cpu']}, {m['kernels']}, torch {m['torch']}, peak memory "
              f"{m['peak_rss_mb']:.0f} MB; commit {m['commit']}; {m['date']}", ""]
     if "step_cost" in info:
