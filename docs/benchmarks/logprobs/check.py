@@ -26,13 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import openai
 
 import specdecode
+from specdecode.app.bench.load import Server as Child
 from specdecode.models.loader import resolve_source
 
-MODEL, PORT = "qwen2.5-coder-1.5b", 8766
+MODEL = "qwen2.5-coder-1.5b"
 HERE = Path(__file__).parent
 DATA = Path(specdecode.__file__).parent / "data" / "specbench_question.jsonl"
 TASK = """task: tiny_mc
@@ -56,27 +56,19 @@ metadata:
 
 
 class Server:
-    """`specdecode serve` in a child process, ready when /health answers."""
+    """`specdecode serve --model MODEL` in a child process (`bench --load`'s), the `openai`
+    client on it."""
 
     def __init__(self, *args: str) -> None:
-        self.args = args
+        self.child = Child(["--model", MODEL, *args])
 
     def __enter__(self) -> openai.OpenAI:
-        self.proc = subprocess.Popen([sys.executable, "-m", "specdecode.app.cli", "serve",
-                                      "--model", MODEL, "--port", str(PORT), *self.args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(600):
-            try:
-                if httpx.get(f"http://127.0.0.1:{PORT}/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(1)
-        return openai.OpenAI(base_url=f"http://127.0.0.1:{PORT}/v1", api_key="x",
-                             max_retries=0, timeout=900)
+        self.child.wait()
+        self.url = self.child.url
+        return openai.OpenAI(base_url=self.url + "/v1", api_key="x", max_retries=0, timeout=900)
 
     def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
+        self.child.stop()
 
 
 def prompts() -> list[str]:
@@ -139,10 +131,10 @@ def n_choices(client: openai.OpenAI) -> None:
     print(f"   n=4, default method, temperature 0.8: {len(set(texts(sampled)))} distinct texts")
 
 
-def lm_eval(label: str, workdir: Path) -> dict[str, list[float]]:
+def lm_eval(label: str, workdir: Path, url: str) -> dict[str, list[float]]:
     """Run the task; per question, the choices' log-likelihoods (and print the accuracy)."""
     out = workdir / label
-    args = (f"model={MODEL},base_url=http://127.0.0.1:{PORT}/v1/completions,"
+    args = (f"model={MODEL},base_url={url}/v1/completions,"
             f"tokenizer_backend=huggingface,tokenizer={resolve_source(MODEL)[0]},"
             f"num_concurrent=1,max_retries=1,timeout=900")
     subprocess.run([os.environ["LMEVAL"], "run", "--model", "local-completions", "--model_args",
@@ -166,10 +158,10 @@ def main() -> None:
         workdir = Path(tmp)
         (workdir / "tiny_mc.yaml").write_text(TASK.format(data=HERE / "lmeval_task.jsonl"))
         print("3. lm-evaluation-harness, local-completions, tiny_mc (10 questions x 4 choices)")
-        with Server():
-            spec = lm_eval("default method", workdir)
-        with Server("--method", "ar"):
-            plain = lm_eval("ar", workdir)
+        with (server := Server()):
+            spec = lm_eval("default method", workdir, server.url)
+        with (server := Server("--method", "ar")):
+            plain = lm_eval("ar", workdir, server.url)
         worst = max(abs(a - b) for q in spec for a, b in zip(spec[q], plain[q], strict=True))
         print(f"   per-choice log-likelihoods, largest |difference| {worst:.3g} over "
               f"{sum(map(len, spec.values()))} choices")
