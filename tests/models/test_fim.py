@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdecode.models.fim import FimTokens, fim_prompt
+from specdecode.models.fim import FimTokens, fim_prompt, fim_window
 
 
 class Vocab:
@@ -81,3 +81,15 @@ def test_cutting_keeps_the_prefix_nearest_the_cursor_and_the_suffix_after_it():
     assert cut and decode(ids, t) == "<P>pp<S>" + "S" * 38 + "<M>"
     ids, cut = fim_prompt(t, encode, "pp", "ss", extra=[("a.py", "0123456789" * 3)], limit=20)
     assert cut and decode(ids, t) == "789<F>filename\n<P>pp<S>ss<M>"  # the tail of 13
+
+
+def test_a_window_keeps_a_fim_prompt_around_its_cursor_and_cuts_others_at_the_end():
+    t = FimTokens.of(QWEN)
+    ids, _ = fim_prompt(t, encode, "P" * 40 + "cursor", "after" + "S" * 40,
+                        extra=[("a.py", "E" * 30)])
+    window = fim_window(ids, t, 23)
+    assert decode(window, t) == "<P>" + "P" * 9 + "cursor" + "<S>after<M>"  # 20: 15 + 5
+    assert len(window) == 23
+    assert fim_window(ids, t, len(ids)) == ids
+    plain = list(range(50))
+    assert fim_window(plain, t, 10) == plain[-10:]

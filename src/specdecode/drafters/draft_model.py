@@ -30,6 +30,7 @@ from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.target import MaskedTarget, Target, forward_last
 from ..errors import InvalidParameterError, VocabularyMismatchError
+from ..models.fim import FimTokens, fim_window
 from .base import ForwardClock, draft_chain, option, register
 from .calibration import Calibration
 from .cross_tokenizer import CrossTokenizerDraft
@@ -50,7 +51,10 @@ class _State:
     cost: float = 0.0  # the pending draft model step's forwards, in the step's tokens
     matched: bool = False  # the pending draft is an n-gram match
     match: tuple[int, list[int]] | None = None  # the last match: (context length, its tokens)
-    offset: int | None = None  # the draft model sees context[offset:] (set at the first draft)
+    # the prompt as the draft model reads it (`prepare`), and the context's length then: it sees
+    # this, then the context's tokens from there on
+    prompt: torch.Tensor | None = None
+    read: int = 0
     # a tree's nodes the draft model was fed, in its cache after `cached`: (token, index in this
     # list of the parent, -1 for the root's children)
     fed: list[tuple[int, int]] = field(default_factory=list)
@@ -100,13 +104,14 @@ class DraftModel(Drafter):
                  ngram: int = 0, window: int = 0, width: int = 1,
                  addable: torch.Tensor | None = None,
                  head_rows: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 most_added: int = 0) -> None:
+                 most_added: int = 0, fim: FimTokens | None = None) -> None:
         self.model = model  # logits over `vocabulary` when given: [V'] int64 token ids
         # ids outside `vocabulary` a context may add ([vocab_size] bool), their output rows
         # (ids [E] -> [E, H] float32: a cut model's `output_rows`) and how many a sequence may
         # add: `_added`
         self.addable, self.head_rows, self.most_added = addable, head_rows, most_added
         self.label, self.ngram, self.window = label, ngram, window
+        self.fim = fim  # the target's fill-in-the-middle tokens: its FIM prompts keep their shape
         # trees need a draft model that appends under masks (and a target that scores them:
         # `create`)
         self.width = width if isinstance(model, MaskedTarget) else 1
@@ -171,7 +176,7 @@ class DraftModel(Drafter):
         width = options.draft_width if getattr(model.target, "scores_trees", False) else 1
         made = cls(target, label, ids, model.target.vocab_size, options.draft_ngram,
                    options.draft_window, width, addable, head_rows,
-                   options.draft_context_tokens)
+                   options.draft_context_tokens, getattr(model, "fim", None))
         made.label += f", trees {made.width} wide (greedy)" if made.width > 1 else ""
         return made
 
@@ -184,20 +189,27 @@ class DraftModel(Drafter):
                                    MatchEvidence(NgramIndex(self.ngram)) if self.ngram else None)
 
     def prepare(self, seq) -> None:
-        """Read the prompt (its last `window` tokens) into the draft model's cache, all but the
-        last token, which the first draft feeds for its logits."""
+        """Read the prompt (cut to `window` tokens, a fill-in-the-middle prompt around its
+        cursor: `fim_window`) into the draft model's cache, all but the last token, which the
+        first draft feeds for its logits."""
         state = seq.drafter_state
-        state.offset = max(0, len(seq.context) - self.window) if self.window else 0
-        prompt = seq.context[state.offset:-1]
+        prompt, state.read = seq.context, len(seq.context)
+        if self.window and self.fim is not None:
+            prompt = torch.tensor(fim_window(prompt.tolist(), self.fim, self.window))
+        elif self.window:
+            prompt = prompt[-self.window:]
+        state.prompt = prompt
+        prompt = prompt[:-1]
         if 0 < prompt.shape[0] < self.model.max_length:
             self.model.hidden(state.cache, prompt)
             state.cached = prompt
 
     def propose(self, seq, budget: DraftBudget) -> Draft:
         state = seq.drafter_state
-        if state.offset is None:  # not prepared (a caller outside the engine)
+        if state.prompt is None:  # not prepared (a caller outside the engine)
             self.prepare(seq)
-        context = seq.context[state.offset:]  # what the draft model reads
+        # what the draft model reads
+        context = torch.cat([state.prompt, seq.context[state.read:]])
         if state.tree:  # the last draft was a tree: judge its nodes by where the context went,
             # and keep the draft model's entries of the path it took
             base = state.cached.shape[0]

@@ -92,3 +92,22 @@ def fim_prompt(tokens: FimTokens, encode, prefix: str, suffix: str, before_curso
         head = head[len(head) - min(len(head), room - len(after) - len(before)):]
     ids = head + [tokens.prefix] + before + [tokens.suffix] + after + [tokens.middle]
     return ids, limit is not None and whole > limit
+
+
+def fim_window(prompt: list[int], tokens: FimTokens, size: int) -> list[int]:
+    """`prompt` cut to `size` tokens as a reader of only that many should see it: a
+    fill-in-the-middle prompt (its middle token last) keeps its shape, the prefix's last tokens
+    (those before the cursor) and the suffix's first (a quarter of the room at most); any other
+    prompt its last `size` tokens."""
+    if len(prompt) <= size:
+        return prompt
+    if (prompt[-1] != tokens.middle or tokens.prefix not in prompt
+            or tokens.suffix not in prompt[prompt.index(tokens.prefix):]):
+        return prompt[-size:]
+    start = len(prompt) - 1 - prompt[::-1].index(tokens.prefix)
+    cut = start + prompt[start:].index(tokens.suffix)
+    before, after = prompt[start + 1 : cut], prompt[cut + 1 : -1]
+    room = max(size - 3, 0)
+    after = after[: min(len(after), room // 4, max(room - len(before), room // 4))]
+    before = before[len(before) - min(len(before), room - len(after)):]
+    return [tokens.prefix, *before, tokens.suffix, *after, tokens.middle]
