@@ -3,6 +3,8 @@ a second model keep the target's output, and its cache is reused across steps an
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from specdecode.core.sampling import SamplingParams
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.draft_model import DraftModel, _AddedRows, _Columns
 from specdecode.drafters.plain import NoDrafter
+from specdecode.models.fim import FimTokens, fim_window
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 
@@ -373,3 +376,24 @@ def test_a_negative_draft_option_is_refused_before_any_model_loads():
     options = DraftModel.Options(draft_model="never-loaded", draft_context_tokens=-1)
     with pytest.raises(InvalidParameterError, match="--draft-context-tokens must be >= 0"):
         DraftModel.create(SimpleNamespace(drafter=None), options)
+
+
+def test_a_fim_prompt_keeps_its_shape_in_the_draft_models_window(make_target):
+    """The window of a fill-in-the-middle prompt is the code around the cursor (`fim_window`),
+    not the suffix's end; other prompts keep their last tokens; greedy output holds."""
+    fim = FimTokens(prefix=13, suffix=14, middle=15)
+    prompt = [13, *[1, 2, 3, 4, 5] * 4, 14, *[6, 7, 8] * 5, 15]  # prefix 20, suffix 15
+    config = GenerationConfig(12)
+    plain = generate(make_target(11), NoDrafter(), prompt, config, None)
+    drafter = DraftModel(make_target(12), window=12, fim=fim)
+    result = generate(make_target(11), drafter, prompt, config, DraftLimit(4, 4))
+    assert result.token_ids == plain.token_ids
+    seq = SimpleNamespace(context=torch.tensor(prompt), drafter_state=None)
+    drafter.start(seq)
+    drafter.prepare(seq)
+    assert seq.drafter_state.cached.tolist() == fim_window(prompt, fim, 12)[:-1] == [
+        13, 4, 5, 1, 2, 3, 4, 5, 14, 6, 7]  # the prefix's last 7, the suffix's first 2
+    seq = SimpleNamespace(context=torch.tensor(PROMPT * 3), drafter_state=None)
+    drafter.start(seq)
+    drafter.prepare(seq)
+    assert seq.drafter_state.cached.tolist() == (PROMPT * 3)[-12:-1]

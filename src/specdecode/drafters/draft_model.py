@@ -51,9 +51,10 @@ class _State:
     cost: float = 0.0  # the pending draft model step's forwards, in the step's tokens
     matched: bool = False  # the pending draft is an n-gram match
     match: tuple[int, list[int]] | None = None  # the last match: (context length, its tokens)
-    # the prompt as the draft model reads it (`prepare`), and the context's length then: it sees
-    # this, then the context's tokens from there on
-    prompt: torch.Tensor | None = None
+    offset: int | None = None  # the draft model sees context[offset:] (set at the first draft)
+    # or, a fill-in-the-middle prompt longer than the window, that prompt as `fim_window` cuts it
+    # and the context's length then: the draft model sees it and the context from there on
+    fim_prompt: torch.Tensor | None = None
     read: int = 0
     # a tree's nodes the draft model was fed, in its cache after `cached`: (token, index in this
     # list of the parent, -1 for the root's children)
@@ -193,12 +194,13 @@ class DraftModel(Drafter):
         cursor: `fim_window`) into the draft model's cache, all but the last token, which the
         first draft feeds for its logits."""
         state = seq.drafter_state
-        prompt, state.read = seq.context, len(seq.context)
-        if self.window and self.fim is not None:
-            prompt = torch.tensor(fim_window(prompt.tolist(), self.fim, self.window))
-        elif self.window:
-            prompt = prompt[-self.window:]
-        state.prompt = prompt
+        state.offset = max(0, len(seq.context) - self.window) if self.window else 0
+        prompt = seq.context[state.offset:]
+        if state.offset and self.fim is not None:
+            window = fim_window(seq.context.tolist(), self.fim, self.window)
+            if window != prompt.tolist():  # a FIM prompt, kept around its cursor
+                prompt = state.fim_prompt = torch.tensor(window)
+                state.read = len(seq.context)
         prompt = prompt[:-1]
         if 0 < prompt.shape[0] < self.model.max_length:
             self.model.hidden(state.cache, prompt)
@@ -206,10 +208,10 @@ class DraftModel(Drafter):
 
     def propose(self, seq, budget: DraftBudget) -> Draft:
         state = seq.drafter_state
-        if state.prompt is None:  # not prepared (a caller outside the engine)
+        if state.offset is None:  # not prepared (a caller outside the engine)
             self.prepare(seq)
-        # what the draft model reads
-        context = torch.cat([state.prompt, seq.context[state.read:]])
+        context = (seq.context[state.offset:] if state.fim_prompt is None  # what the model reads
+                   else torch.cat([state.fim_prompt, seq.context[state.read:]]))
         if state.tree:  # the last draft was a tree: judge its nodes by where the context went,
             # and keep the draft model's entries of the path it took
             base = state.cached.shape[0]
