@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 from mock_target import MockTarget
-from test_distribution import (ALPHA, LENGTH, PLAIN_SEEDS, PROMPT, SPEC_SEEDS, T1, V,
+from test_distribution import (ALPHA, LENGTH, PLAIN_SEEDS, PROMPT, SPEC_SEEDS, T1,
                                FixedDrafter, homogeneity_pvalue, suffix_drafter)
 from test_distribution import draft_model, target_model  # noqa: F401,F811 (their fixtures)
 

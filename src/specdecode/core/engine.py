@@ -126,7 +126,8 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
     holds."""
     clock = time.perf_counter
     starts = [seq.cache.length for _, seq, _ in prefill]
-    chunks = [(seq.cache, seq.tokens[start : start + n]) for (_, seq, n), start in zip(prefill, starts)]
+    chunks = [(seq.cache, seq.tokens[start : start + n])
+              for (_, seq, n), start in zip(prefill, starts)]
     prefill_rows = sum(len(tokens) for _, tokens in chunks)
     prefill_cached = sum(len(tokens) * cache.length for cache, tokens in chunks)
     rows, cached = len(work) + prefill_rows, prefill_cached + sum(s.length for _, s in work)

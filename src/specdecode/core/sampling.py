@@ -1,8 +1,8 @@
 """Logits processing shared by the target and every drafter.
 
 There is exactly one implementation, so that the target distribution p and the draft distribution q
-are processed identically (temperature, then min-p, top-k and top-p) before the verifier compares them;
-speculative sampling is lossless only with respect to the *processed* p.
+are processed identically (temperature, then min-p, top-k and top-p) before the verifier compares
+them; speculative sampling is lossless only with respect to the *processed* p.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A fill-in-the-middle set from real code: functions of Python's own library (shipped with the
 interpreter the package runs on, so every machine can build it, and nothing Spec-Bench holds)
-with a middle of one to four statements (at most 8 lines) removed, the editor's view around it as the prefix and
-suffix. The set depends only on the Python version (the report names it) and the seed."""
+with a middle of one to four statements (at most 8 lines) removed, the editor's view around it as
+the prefix and suffix. The set depends only on the Python version (the report names it) and the seed."""
 
 from __future__ import annotations
 

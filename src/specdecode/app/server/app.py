@@ -299,8 +299,9 @@ async def _infill(request: Request, body: InfillRequest) -> Response:
         event = await _next_chunk(job, request)
         if body.stream:
             return _JobStream(_infill_events(job, event, middles, state, prompt), job)
-        while not middles.push(*event):
-            event = await _next_chunk(job, request)
+        middles.push(*event)
+        while not middles.done:
+            middles.push(*await _next_chunk(job, request))
     except BaseException:
         job.cancel()
         raise
@@ -322,19 +323,23 @@ class _Middles:
         self.first: float | None = None
         self.last = arrived
 
-    def push(self, index: int, chunk: Chunk) -> bool:
-        """Take a chunk of choice `index` (its new text in `delta`); True once all are done."""
-        self.first = self.first or time.monotonic()
-        self.delta = ""
-        if self.finished[index] is None:
-            end = self.ends[index]
-            self.delta = end.push(chunk.text, final=chunk.finish_reason is not None)
-            self.texts[index] += self.delta
-            self.tokens[index] += len(chunk.token_ids)
-            if end.ended or chunk.finish_reason is not None:
-                self.finished[index] = "eos" if chunk.finish_reason == "stop" else "limit"
-                self.last = time.monotonic()
+    @property
+    def done(self) -> bool:
         return all(self.finished)
+
+    def push(self, index: int, chunk: Chunk) -> str:
+        """Take a chunk of choice `index`; returns the text it adds to that middle."""
+        self.first = self.first or time.monotonic()
+        if self.finished[index] is not None:
+            return ""
+        end = self.ends[index]
+        delta = end.push(chunk.text, final=chunk.finish_reason is not None)
+        self.texts[index] += delta
+        self.tokens[index] += len(chunk.token_ids)
+        if end.ended or chunk.finish_reason is not None:
+            self.finished[index] = "eos" if chunk.finish_reason == "stop" else "limit"
+            self.last = time.monotonic()
+        return delta
 
     def result(self, index: int, state: ServerState, prompt: infill.FimPrompt) -> dict:
         job = self.job
@@ -361,13 +366,13 @@ async def _infill_events(job: Job, event: tuple[int, Chunk], middles: _Middles,
     each completion's whole object with stop true and its content already sent."""
     try:
         while True:
-            done = middles.push(*event)
-            if middles.delta:
-                yield infill.event({"index": event[0], "content": middles.delta, "tokens": [],
+            delta = middles.push(*event)
+            if delta:
+                yield infill.event({"index": event[0], "content": delta, "tokens": [],
                                     "stop": False, "id_slot": -1,
                                     "tokens_predicted": middles.tokens[event[0]],
                                     "tokens_evaluated": job.prompt_tokens})
-            if done:
+            if middles.done:
                 break
             event = await job.next_event()
         for i in range(job.choices):
