@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 
 # the test suite's extras (scipy, pytest, the OpenAI client): `make run` does without them (~20 s)
 $(TEST_STAMP): $(STAMP)
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,ray]'
 	touch $(TEST_STAMP)
 
 # The Qwen2.5-Coder pair (aliases qwen2.5-coder-1.5b and -0.5b) and Gemma 3 270M (gemma3-270m): PyPI

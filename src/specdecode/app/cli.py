@@ -164,6 +164,10 @@ def _add_bench(sub: "argparse._SubParsersAction") -> None:
     b.add_argument("--load-modes",
                    help="servers for --load: 'one at a time' (no batching), adaptive, always, "
                         "off (speculation in a batch; default: all four)")
+    b.add_argument("--load-url", metavar="URL",
+                   help="--load against a server already running at URL (e.g. `specdecode "
+                        "serve --ray` behind Ray's proxy) instead of starting --load-modes "
+                        "servers; it is neither started nor stopped")
     b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy); a "
                    "question with a \"json_schema\" (category \"structured\") is answered "
                    "under that schema, and the report says how many tokens the grammar forced "
@@ -234,6 +238,20 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
     v.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn log level (default info)")
+    r = v.add_argument_group(
+        "Ray Serve (pip install 'specdecode[ray]')",
+        "--ray serves the same app as Ray Serve replicas behind Ray's HTTP proxy on --host and "
+        "--port: one engine and one model load per replica (--threads cores each), a "
+        "conversation's turns routed back to the replica that served its first, a replica that "
+        "dies replaced and its not yet answered requests retried on another.")
+    r.add_argument("--ray", action="store_true", help="serve through Ray Serve")
+    r.add_argument("--replicas", type=int, default=1,
+                   help="engine replicas (default 1); with --max-replicas, the fewest")
+    r.add_argument("--max-replicas", type=int,
+                   help="autoscale between --replicas and this many on requests in flight")
+    r.add_argument("--ray-address",
+                   help="a running Ray cluster to join (e.g. auto, or ray://HOST:10001; "
+                        "default: start a local Ray instance, stopped on exit)")
 
 
 def _add_export(sub: "argparse._SubParsersAction") -> None:

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.constraint import Grammar
 from ..core.engine import collect
@@ -17,6 +18,9 @@ from ..errors import InvalidParameterError, SpecDecodeError
 from ..pipeline import SpecDecoder
 from ..spec import resolve
 from .options import check_args, drafter_values, load, print_json, resolve_args
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 
 def _read_prompt(args: argparse.Namespace) -> str:
@@ -198,19 +202,15 @@ def tune(args: argparse.Namespace) -> int:
 API_KEY_VARIABLE = "SPECDECODE_API_KEY"
 
 
-def serve(args: argparse.Namespace) -> int:
-    # imported here: the server dependencies are needed by this command only
-    from .server import create_app, serve
+def check_serve_args(args: argparse.Namespace) -> None:
+    """`serve`'s values, checked before any model loads (one-line errors)."""
     from ..core.engine import MAX_BATCH
-    from .server.guard import DEFAULT_MAX_BODY_BYTES
 
     if args.max_queue < 1 or not 1 <= args.max_batch <= MAX_BATCH:
         raise InvalidParameterError(f"need --max-queue >= 1 and 1 <= --max-batch <= {MAX_BATCH}, "
                                     f"got {args.max_queue}, {args.max_batch}")
-    max_body_bytes = DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
-    if max_body_bytes < 1:
+    if args.max_body_bytes is not None and args.max_body_bytes < 1:
         raise InvalidParameterError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
-    api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     if not args.request_timeout > 0:
         raise InvalidParameterError(f"--request-timeout must be > 0, got {args.request_timeout}")
     if not args.shutdown_grace >= 0:
@@ -218,6 +218,16 @@ def serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise InvalidParameterError(f"--port must be in 0..65535, got {args.port}")
     check_args(args)
+
+
+def build_app(args: argparse.Namespace) -> tuple["FastAPI", str]:
+    """The app `serve` runs (its model loaded on the calling thread) and a line that says what it
+    serves; the Ray replicas (`server.ray_serve`) build theirs here too."""
+    from .server import create_app
+    from .server.guard import DEFAULT_MAX_BODY_BYTES
+
+    max_body_bytes = DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
+    api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     model = load(args)
     decoder = SpecDecoder(model, resolve_args(args, model))
     app = create_app(decoder, options=drafter_values(args), max_queue=args.max_queue,
@@ -227,9 +237,20 @@ def serve(args: argparse.Namespace) -> int:
                      max_body_bytes=max_body_bytes)
     note = f"; {decoder.spec.note}" if decoder.spec.note else ""
     access = "API key required" if api_key else "no API key: open to anyone who can connect"
-    print(f"specdecode: serving {model.name} ({decoder.describe()}{note}; {model.kernels}; up to "
-          f"{args.max_batch} requests at once, speculation {args.speculation}; {access}) on "
-          f"http://{args.host}:{args.port}/v1", file=sys.stderr)
+    return app, (f"{model.name} ({decoder.describe()}{note}; {model.kernels}; up to "
+                 f"{args.max_batch} requests at once, speculation {args.speculation}; {access})")
+
+
+def serve(args: argparse.Namespace) -> int:
+    check_serve_args(args)
+    if args.ray:
+        from .server.ray_serve import serve_ray  # Ray is an optional extra
+
+        return serve_ray(args)
+    from .server import serve
+
+    app, what = build_app(args)
+    print(f"specdecode: serving {what} on http://{args.host}:{args.port}/v1", file=sys.stderr)
     serve(app, args.host, args.port, grace=args.shutdown_grace, log_level=args.log_level)
     return 0
 

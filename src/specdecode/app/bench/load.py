@@ -151,6 +151,24 @@ class Server:
                 self.process.kill()
 
 
+class Endpoint:
+    """A server already running at `url` (`--load-url`): measured, never started or stopped."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def wait(self) -> str:
+        import httpx
+
+        try:
+            return httpx.get(self.url + "/health", timeout=10).json().get("kernels", "unknown")
+        except (httpx.HTTPError, ValueError) as exc:
+            raise SpecDecodeError(f"no server answers {self.url}/health: {exc}") from None
+
+    def stop(self) -> None:
+        pass
+
+
 def _percentile(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, round(q * (len(values) - 1)))] if values else 0.0
@@ -191,8 +209,10 @@ def run_load(args) -> int:
     from tqdm import tqdm
 
     levels = positive_ints(args.load, "--load")
-    modes = [m.strip() for m in (args.load_modes or ",".join(MODES)).split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
+    url = getattr(args, "load_url", None)
+    modes = [url] if url else [m.strip() for m in (args.load_modes or ",".join(MODES)).split(",")
+                               if m.strip()]
+    unknown = [m for m in modes if m not in MODES and m != url]
     if unknown:
         raise InvalidParameterError(f"unknown load mode {unknown[0]!r} (choose from "
                                     f"{', '.join(MODES)})")
@@ -209,12 +229,15 @@ def run_load(args) -> int:
     kernels = ""
     rounds: dict[tuple[str, int], list] = {(m, n): [] for m in modes for n in levels}
     total = args.repeats * len(modes) * sum(max(4, 2 * n) for n in levels)
-    servers: dict[str, Server] = {}
+    servers: dict[str, Server | Endpoint] = {}
     try:
         for mode in modes:  # all up at once, each idle while another is measured
-            extra = MODES[mode] if "--max-batch" in MODES[mode] else \
-                MODES[mode] + ["--max-batch", str(max(levels))]
-            servers[mode] = Server(common + extra)
+            if mode == url:
+                servers[mode] = Endpoint(url)
+            else:
+                extra = MODES[mode] if "--max-batch" in MODES[mode] else \
+                    MODES[mode] + ["--max-batch", str(max(levels))]
+                servers[mode] = Server(common + extra)
             kernels = servers[mode].wait()  # one at a time: each measures its step cost
             asyncio.run(_level(servers[mode].url, [_body(prompts[0], 8)], 1))  # warm-up
         with tqdm(total=total, desc="load", unit="request") as bar:

@@ -1,0 +1,197 @@
+"""`specdecode serve --ray`: a local Ray instance, started and stopped here, with 2 engine replicas
+of 1 thread each on the 135M model behind Ray's HTTP proxy. Answers are one local server's
+(greedy, through the `openai` client); a conversation's turns go back to its first replica; a
+replica killed under load loses no request and is replaced; nothing of Ray outlives the tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import time
+from collections import Counter
+
+import httpx
+import openai
+import psutil
+import pytest
+from server_helpers import running
+
+from specdecode.app.cli import build_parser, main
+
+ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
+from ray import serve  # noqa: E402
+
+from specdecode.app.server import ray_serve  # noqa: E402
+
+pytestmark = pytest.mark.real_model
+MODEL = "smollm2-135m"
+PROMPTS = ["Write a haiku about the sea.", "What is 17 times 23?",
+           "Name three sorting algorithms and say when each is fastest.",
+           "Translate 'good morning' into French and German."]
+RAY_PROCESSES = ("raylet", "gcs_server", "ray::")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_args(*extra: str):
+    return build_parser().parse_args(["serve", "--model", MODEL, "--threads", "1",
+                                      "--log-level", "warning", *extra])
+
+
+def _ray_processes() -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        command = " ".join(p.info["cmdline"] or [])
+        if any(name in command for name in RAY_PROCESSES):
+            found.append(p)
+    return found
+
+
+def _engine_replicas() -> list[psutil.Process]:
+    return [p for p in _ray_processes() if ray_serve.ENGINE in " ".join(p.cmdline())]
+
+
+def _running_replicas() -> int:
+    status = serve.status().applications[ray_serve.APP_NAME]
+    return status.deployments[ray_serve.ENGINE].replica_states.get("RUNNING", 0)
+
+
+@pytest.fixture(scope="module")
+def ray_url():
+    assert not _ray_processes(), "a Ray instance is already running on this machine"
+    port = _free_port()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING")
+    try:
+        ray_serve.run_deployment(_serve_args("--ray", "--replicas", "2", "--port", str(port)))
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        deadline = time.monotonic() + 30
+        while _ray_processes() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _ray_processes(), "Ray left processes behind"
+
+
+@pytest.fixture(scope="module")
+def local_url():
+    """One local `specdecode serve` of the same arguments, in this process."""
+    from specdecode.app.commands import build_app
+
+    app, _ = build_app(_serve_args())
+    with running(app) as server:
+        yield server.url
+
+
+def _answers(url: str) -> list[str]:
+    out = []
+    with openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=120) as client:
+        for prompt in PROMPTS:
+            messages = [{"role": "user", "content": prompt}]
+            out.append(client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=32, temperature=0
+            ).choices[0].message.content)
+            out.append("".join(
+                c.choices[0].delta.content or "" for c in client.chat.completions.create(
+                    model=MODEL, messages=messages, max_tokens=32, temperature=0, stream=True)
+                if c.choices))
+            out.append(client.completions.create(model=MODEL, prompt=prompt, max_tokens=16,
+                                                 temperature=0).choices[0].text)
+    return out
+
+
+def test_bad_replica_counts_are_one_line_errors_before_ray_starts(capsys):
+    assert main(["serve", "--ray", "--replicas", "0"]) == 2
+    assert main(["serve", "--ray", "--replicas", "2", "--max-replicas", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("--replicas" in line for line in err)
+    assert not _ray_processes()
+
+
+def test_ray_replicas_answer_what_one_local_server_answers(ray_url, local_url):
+    assert _answers(ray_url) == _answers(local_url)
+
+
+def test_a_conversations_turns_go_back_to_the_replica_of_its_first(ray_url):
+    homes: dict[int, list[str]] = {}
+    with httpx.Client(base_url=ray_url, timeout=120) as client:
+        history = {i: [{"role": "user", "content": f"Conversation {i}. {p}"}]
+                   for i, p in enumerate(PROMPTS)}
+        for _ in range(4):  # conversations interleaved, turn by turn
+            for i, messages in history.items():
+                r = client.post("/v1/chat/completions",
+                                json={"messages": messages, "max_tokens": 8, "temperature": 0})
+                r.raise_for_status()
+                homes.setdefault(i, []).append(r.headers[ray_serve.REPLICA_HEADER])
+                messages += [r.json()["choices"][0]["message"],
+                             {"role": "user", "content": "Go on."}]
+    assert all(len(set(replicas)) == 1 for replicas in homes.values()), homes
+
+
+async def _stream_outcome(client: httpx.AsyncClient, prompt: str) -> str:
+    """ok (ended by [DONE]), error-event (a clean error event, then [DONE]), or what went wrong."""
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 48,
+            "temperature": 0, "stream": True}
+    events = []
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            if r.status_code != 200:
+                return f"http {r.status_code}"
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(line[len("data: "):])
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}"
+    if events[-1:] != ["[DONE]"]:
+        return "truncated"
+    return "error-event" if any(e.startswith('{"error"') for e in events) else "ok"
+
+
+def test_a_replica_killed_under_load_loses_no_request_and_is_replaced(ray_url):
+    async def load() -> tuple[list[str], float]:
+        async with httpx.AsyncClient(base_url=ray_url, timeout=90) as client:
+            async def one_client(k: int) -> list[str]:
+                return [await _stream_outcome(client, PROMPTS[(k + j) % len(PROMPTS)])
+                        for j in range(3)]
+
+            clients = asyncio.gather(*(one_client(k) for k in range(16)))
+            await asyncio.sleep(1.0)
+            victim = _engine_replicas()[0]
+            victim.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            return [o for outcomes in await clients for o in outcomes], killed
+
+    outcomes, killed = asyncio.run(load())
+    counts = Counter(outcomes)
+    # a stream the dead replica had begun ends with an error event; every other request,
+    # those it held but had not answered included, completes on the other replica
+    assert set(counts) <= {"ok", "error-event"}, counts
+    assert counts["ok"] >= len(outcomes) - 8, counts
+    while _running_replicas() < 2:
+        assert time.monotonic() - killed < 60, "the killed replica was not replaced in 60 s"
+        time.sleep(0.5)
+
+
+def test_health_and_models_answer_through_ray(ray_url):
+    health = httpx.get(ray_url + "/health", timeout=30)
+    assert health.status_code == 200 and health.json()["model"] == MODEL
+    assert httpx.get(ray_url + "/v1/models", timeout=30).json()["data"][0]["id"] == MODEL
+
+
+def test_the_load_benchmark_measures_the_ray_endpoint(ray_url, tmp_path):
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("\n".join(json.dumps({"question_id": i, "category": "qa",
+                                               "turns": [p]}) for i, p in enumerate(PROMPTS)))
+    out = tmp_path / "out"
+    assert main(["bench", "--load", "2", "--load-url", ray_url, "--model", MODEL,
+                 "--questions", str(questions), "--max-new-tokens", "8", "--repeats", "1",
+                 "--out", str(out)]) == 0
+    result = json.loads((out / "load.json").read_text())["results"][ray_url]["2"]
+    assert result["requests"] == 4 and result["tokens"] > 0 and result["aggregate_tps"] > 0
