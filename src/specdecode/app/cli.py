@@ -249,6 +249,10 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
                    help="engine replicas (default 1); with --max-replicas, the fewest")
     r.add_argument("--max-replicas", type=int,
                    help="autoscale between --replicas and this many on requests in flight")
+    r.add_argument("--metrics-export-port", type=int, metavar="PORT",
+                   help="where the local Ray instance's metrics agent serves every replica's "
+                        "metrics (/metrics, Prometheus text, names prefixed ray_, labelled by "
+                        "replica; default: a port Ray picks); a cluster sets it at `ray start`")
     r.add_argument("--ray-address",
                    help="a running Ray cluster to join (e.g. auto, or ray://HOST:10001; "
                         "default: start a local Ray instance, stopped on exit)")

@@ -62,12 +62,15 @@ def _running_replicas() -> int:
     return status.deployments[ray_serve.ENGINE].replica_states.get("RUNNING", 0)
 
 
+METRICS_PORT = _free_port()
+
+
 @pytest.fixture(scope="module")
 def ray_url():
     assert not _ray_processes(), "a Ray instance is already running on this machine"
     port = _free_port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level="WARNING")
+             logging_level="WARNING", _metrics_export_port=METRICS_PORT)
     try:
         ray_serve.run_deployment(_serve_args("--ray", "--replicas", "2", "--port", str(port)))
         yield f"http://127.0.0.1:{port}"
@@ -177,6 +180,27 @@ def test_a_replica_killed_under_load_loses_no_request_and_is_replaced(ray_url):
     while _running_replicas() < 2:
         assert time.monotonic() - killed < 60, "the killed replica was not replaced in 60 s"
         time.sleep(0.5)
+
+
+def test_every_replicas_metrics_are_exported_by_ray_labelled_by_replica(ray_url):
+    with httpx.Client(base_url=ray_url, timeout=60) as client:
+        for i in range(4):  # new conversations: spread over both replicas
+            client.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": f"Count to {i}."}], "max_tokens": 4,
+                "temperature": 0}).raise_for_status()
+        through_proxy = client.get("/metrics")
+    assert through_proxy.status_code == 404
+    assert "--metrics-export-port" in through_proxy.json()["error"]["message"]
+    deadline = time.monotonic() + 60
+    replicas: set[str] = set()
+    while len(replicas) < 2:
+        assert time.monotonic() < deadline, f"replicas exported: {replicas}"
+        time.sleep(1)
+        text = httpx.get(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).text
+        replicas = {line.split('replica="')[1].split('"')[0] for line in text.splitlines()
+                    if line.startswith("ray_specdecode_generated_tokens_total{")}
+    assert "ray_specdecode_time_to_first_token_seconds_bucket{" in text, \
+        [line for line in text.splitlines() if "first_token" in line]
 
 
 def test_health_and_models_answer_through_ray(ray_url):

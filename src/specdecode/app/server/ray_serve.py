@@ -45,6 +45,7 @@ for _name, _value in RAY_SERVE_ENV.items():  # Ray's processes this one starts i
     os.environ.setdefault(_name, _value)
 
 try:
+    import grpc
     import ray
     from ray import serve
     from ray.exceptions import ActorUnavailableError, RayActorError
@@ -58,6 +59,8 @@ from starlette.responses import JSONResponse, Response
 
 from ...errors import InvalidParameterError, SpecDecodeError
 from . import responses
+from .ray_metrics import PERIOD_S as METRICS_PERIOD_S
+from .ray_metrics import RayMetricsMirror
 
 log = logging.getLogger("specdecode.server")
 
@@ -67,7 +70,12 @@ REPLICA_HEADER = "x-specdecode-replica"  # which replica answered (affinity is m
 ENGINE, INGRESS = "EngineReplica", "Ingress"
 RETRIES = 3  # other replicas a request that got no answer is sent to
 PROMPT_KEY_CHARS = 256  # a completion prompt's head that names its conversation
+# how a replica's death reaches the ingress: as Ray's errors, or as the gRPC call's own when the
+# call fails mid-stream (an error the replica's code raised comes as a RayTaskError instead)
+REPLICA_GONE = (RayActorError, ActorUnavailableError, grpc.aio.AioRpcError)
 DIED = "the replica serving this request died; its stream ends here"
+METRICS_ELSEWHERE = ("behind Ray Serve, every replica's metrics are exported by Ray's metrics "
+                     "agent (`serve --ray --metrics-export-port`), each labelled by replica")
 
 
 def conversation_key(path: str, body: bytes) -> str | None:
@@ -133,6 +141,13 @@ class EngineReplica:
         self._thread = threading.Thread(target=engine, name="specdecode-engine", daemon=True)
         self._thread.start()
         self.app, what = ready.result()
+        mirror = RayMetricsMirror(self.app.state.specdecode.metrics.registry)
+
+        def copy_metrics() -> None:
+            while not self._stopping.wait(METRICS_PERIOD_S):
+                mirror.copy()
+
+        threading.Thread(target=copy_metrics, name="specdecode-metrics", daemon=True).start()
         context = serve.get_replica_context()
         self.name = context.replica_id.unique_id if context else "local"
         log.warning("replica %s serving %s", self.name, what)
@@ -215,6 +230,9 @@ class Ingress:
         self.engine = engine.options(stream=True)
 
     async def __call__(self, request: Request) -> Response:
+        if request.url.path == "/metrics":  # one replica's would pass for all replicas'
+            return JSONResponse(responses.error_body(
+                METRICS_ELSEWHERE, "invalid_request_error", None, "not_found"), 404)
         body = await request.body()
         forwarded = Forwarded(request.method, request.url.path,
                               request.scope.get("query_string", b""),
@@ -225,10 +243,15 @@ class Ingress:
             messages = self.engine.forward.remote(forwarded)
             try:
                 start = await messages.__anext__()  # the start of the answer, maybe all of it
-            except (RayActorError, ActorUnavailableError) as exc:  # nothing sent: try another
+            except REPLICA_GONE as exc:  # nothing sent yet: try another replica
                 failure = exc
-                log.warning("a replica died before answering; retrying: %s", exc)
+                log.warning("a replica died before answering; retrying: %r", exc)
                 continue
+            except Exception as exc:  # noqa: BLE001  (a bug: answered, logged, never a hang)
+                log.error("forwarding failed", exc_info=exc)
+                return JSONResponse(responses.error_body(
+                    "internal server error; see the replica's log", "server_error", None,
+                    "internal_error"), 500)
             return _Relayed(start, messages)
         return JSONResponse(responses.error_body(
             f"no replica could answer: {failure}", "server_error", None, "replica_died"), 503)
@@ -256,8 +279,8 @@ class _Relayed(Response):
                 for message in batch:
                     await send(message)
             finished = True
-        except (RayActorError, ActorUnavailableError) as exc:
-            log.warning("a replica died mid-answer: %s", exc)
+        except Exception as exc:  # whatever failed, the client gets an answer that ends
+            log.warning("a replica failed mid-answer: %r", exc)
             tail = b""
             if streamed:
                 error = responses.error_body(DIED, "server_error", None, "replica_died")
@@ -316,7 +339,7 @@ def serve_ray(args: argparse.Namespace) -> int:
     deployment(args)  # bad values fail before Ray starts
     if args.ray_address is None:
         ray.init(include_dashboard=False, log_to_driver=args.log_level == "debug",
-                 logging_level=logging.WARNING)
+                 logging_level=logging.WARNING, _metrics_export_port=args.metrics_export_port)
     else:
         ray.init(address=args.ray_address, logging_level=logging.WARNING)
     stop = threading.Event()
@@ -329,6 +352,9 @@ def serve_ray(args: argparse.Namespace) -> int:
               f"{ENGINE} replica(s) of {args.threads or 1} thread(s), ready in "
               f"{time.perf_counter() - started:.0f} s, on http://{args.host}:{args.port}/v1",
               file=sys.stderr)
+        if args.ray_address is None and args.metrics_export_port:
+            print(f"specdecode: every replica's metrics: http://127.0.0.1:"
+                  f"{args.metrics_export_port}/metrics (Ray's metrics agent)", file=sys.stderr)
         stop.wait()
         serve.delete(APP_NAME)  # replicas finish what is in flight first
     except RuntimeError as exc:  # Ray Serve's deployment errors: one line, not a traceback
