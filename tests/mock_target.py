@@ -86,6 +86,7 @@ class MockTarget:
     dtype = torch.float32
     weights = "float64"
     scores_trees = True
+    row_invariant = False  # torch's matmuls, whose blocking follows the rows
 
     def __init__(self, vocab: int = 24, hidden: int = 16, layers: int = 3,
                  max_length: int = 160, seed: int = 0, sharpness: float = 4.0) -> None:

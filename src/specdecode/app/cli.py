@@ -230,6 +230,11 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
                    help="larger request bodies get 413 before they are read (default 4 MiB)")
     v.add_argument("--max-queue", type=int, default=16,
                    help="requests that may wait for the engine; more get 503 (default 16)")
+    v.add_argument("--prefix-cache-tokens", type=int, default=16384, metavar="N",
+                   help="keep the caches of up to N prompt positions, so that a prompt that "
+                        "starts like a kept one (a conversation's next turn, a shared system "
+                        "prompt) copies that part instead of reading it again; exact (greedy "
+                        "output unchanged), on the native backend only (default 16384; 0: off)")
     v.add_argument("--request-timeout", type=float, default=300.0,
                    help="seconds a request may take, queueing included (default 300)")
     v.add_argument("--shutdown-grace", type=float, default=10.0,

@@ -215,6 +215,9 @@ def check_serve_args(args: argparse.Namespace) -> None:
         raise InvalidParameterError(f"--request-timeout must be > 0, got {args.request_timeout}")
     if not args.shutdown_grace >= 0:
         raise InvalidParameterError(f"--shutdown-grace must be >= 0, got {args.shutdown_grace}")
+    if args.prefix_cache_tokens < 0:
+        raise InvalidParameterError(f"--prefix-cache-tokens must be >= 0, got "
+                                    f"{args.prefix_cache_tokens}")
     if not 0 <= args.port <= 65535:
         raise InvalidParameterError(f"--port must be in 0..65535, got {args.port}")
     check_args(args)
@@ -234,7 +237,8 @@ def build_app(args: argparse.Namespace) -> tuple["FastAPI", str]:
                      max_batch=args.max_batch, speculation=args.speculation,
                      request_timeout=args.request_timeout,
                      model_id=args.served_model_name, api_key=api_key,
-                     max_body_bytes=max_body_bytes)
+                     max_body_bytes=max_body_bytes,
+                     prefix_cache_tokens=args.prefix_cache_tokens)
     note = f"; {decoder.spec.note}" if decoder.spec.note else ""
     access = "API key required" if api_key else "no API key: open to anyone who can connect"
     return app, (f"{model.name} ({decoder.describe()}{note}; {model.kernels}; up to "

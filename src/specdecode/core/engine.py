@@ -33,6 +33,7 @@ from .masking import constrain, masks
 from .logprobs import TokenLogprob, token_logprobs
 from .metrics import RunStats
 from .penalties import PenaltyState
+from .prefix_cache import PrefixCache
 from .sampling import probabilities
 from .sequence import DraftLimit, GenerationConfig, Sequence, new_generator
 from .target import Target
@@ -347,10 +348,14 @@ class Batch:
     def __init__(self, target: Target, cost: StepCost | None = None,
                  eos_token_ids: frozenset[int] = frozenset(),
                  decode: Callable[[list[int]], str] | None = None,
-                 speculation: Speculation = "adaptive", prefill_rows: int = PREFILL_CHUNK) -> None:
+                 speculation: Speculation = "adaptive", prefill_rows: int = PREFILL_CHUNK,
+                 prefixes: PrefixCache | None = None) -> None:
         if speculation not in SPECULATION or prefill_rows < 1:
             raise ValueError(f"speculation {speculation!r}, prefill rows {prefill_rows}")
         self.target, self.cost, self.speculation = target, cost, speculation
+        # prompts' caches kept for prompts that start alike (lossless only on a row-invariant
+        # target: `core.prefix_cache`)
+        self.prefixes = prefixes if prefixes is not None and target.row_invariant else None
         self.eos_token_ids, self.decode, self.prefill_rows = eos_token_ids, decode, prefill_rows
         self.prefilling: list[_Entry] = []  # in join order: the first gets its chunk first
         self.decoding: list[_Entry] = []
@@ -368,12 +373,18 @@ class Batch:
         joined = time.perf_counter()
         entry = _Entry(request.drafter, admit(self.target, request.drafter, request.prompt,
                                               request.config, limit, self.decode), joined)
-        if entry.seq.to_prefill:
+        seq = entry.seq
+        if (self.prefixes is not None and seq.to_prefill and not request.drafter.uses_features
+                and seq.prompt_logprobs is None):  # those read every prompt row's features
+            reused, cache = self.prefixes.lookup(seq.tokens[: seq.length - 1])
+            if cache is not None:
+                seq.cache, seq.stats.cached_prompt_tokens = cache, reused
+        if seq.to_prefill:
             self.prefilling.append(entry)
-            self.forks[id(entry.seq)] = []
-        else:  # a one-token prompt: nothing to prefill
+            self.forks[id(seq)] = []
+        else:  # a one-token prompt, or all of it kept: nothing to prefill
             self._prefilled(entry)
-        return entry.seq
+        return seq
 
     def fork(self, seq: Sequence, request: Request) -> Sequence:
         """Admit `request`, whose prompt is `seq`'s (another choice of one request), to share
@@ -398,6 +409,8 @@ class Batch:
         it decodes from the next step; one that asked no new tokens (a prompt scored for its
         log-probabilities) is done."""
         seq = entry.seq
+        if self.prefixes is not None:
+            self.prefixes.keep(seq.tokens[: seq.cache.length], seq.cache)
         for fork in self.forks.pop(id(seq), []):
             fork.seq.cache = seq.cache.copy()
             if seq.prompt_logprobs is not None and fork.seq.prompt_logprobs is not None:

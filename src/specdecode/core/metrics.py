@@ -31,6 +31,7 @@ class RunStats:
     constraint_seconds: float = 0.0  # a grammar's masks and matcher (within draft and verify)
     wall_seconds: float = 0.0  # prefill + decoding, no model loading
     first_token_seconds: float = 0.0  # from joining to the first step's tokens (prefill included)
+    cached_prompt_tokens: int = 0  # prompt tokens copied from a kept prompt's cache, not prefilled
 
     @classmethod
     def combined(cls, runs: list["RunStats"]) -> "RunStats":
@@ -41,7 +42,7 @@ class RunStats:
         for run in runs:
             for name in ("new_tokens", "confirmed_tokens", "target_forwards", "draft_forwards",
                          "drafted", "accepted", "forced", "prefill_seconds", "draft_seconds",
-                         "verify_seconds", "constraint_seconds"):
+                         "verify_seconds", "constraint_seconds", "cached_prompt_tokens"):
                 setattr(out, name, getattr(out, name) + getattr(run, name))
             out.wall_seconds = max(out.wall_seconds, run.wall_seconds)
         out.first_token_seconds = min((r.first_token_seconds for r in runs), default=0.0)

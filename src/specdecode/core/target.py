@@ -51,6 +51,9 @@ class Target(Protocol):
     device: torch.device
     weights: str  # the formats its matrices are held in, as reports name them ("Q4_1+Q8_0")
     scores_trees: bool  # False: `hidden` takes chains only (a tree with branches raises)
+    # True: a row's hidden state is the same however rows are split into calls (prefill chunks,
+    # batches), so a prompt's kept cache may stand in for a prefill (`core.prefix_cache`)
+    row_invariant: bool
 
     def new_cache(self) -> KVCache:
         """An empty cache for a new sequence."""

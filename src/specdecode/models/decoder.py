@@ -49,6 +49,7 @@ class NativeDecoder:
 
     device = torch.device("cpu")
     scores_trees = True
+    row_invariant = True  # every kernel path, within `engine.PREFILL_CHUNK` rows a call
 
     def __init__(self, config, weights: Mapping[str, torch.Tensor | QuantTensor],
                  dtype: torch.dtype | None = torch.float32, kernels: Kernels | None = None,

@@ -40,6 +40,7 @@ class HFTarget:
     cover, and the backend for GPUs."""
 
     scores_trees = False  # transformers' attention takes a causal mask only
+    row_invariant = False  # its kernels' results may change with a call's rows
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model.eval()

@@ -170,3 +170,25 @@ def test_model_field_may_be_omitted(server):
 def test_health(server):
     r = httpx.get(server.url + "/health", timeout=10)
     assert r.status_code == 200 and r.json()["status"] == "ok"
+
+
+def test_a_conversations_next_turn_reports_the_prompt_tokens_it_took_from_the_cache(
+        served_model, reference_model):
+    with running(create_app(served_model, prefix_cache_tokens=4096)) as srv, \
+            openai.OpenAI(base_url=srv.v1, api_key="x", max_retries=0, timeout=60) as client:
+        messages = [{"role": "user", "content": PROMPT}]
+        first = client.chat.completions.create(model=served_model.name, messages=messages,
+                                               max_tokens=8, temperature=0)
+        messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "And then?"}]
+        second = client.chat.completions.create(model=served_model.name, messages=messages,
+                                                max_tokens=8, temperature=0)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert first.usage.prompt_tokens - 1 <= cached < second.usage.prompt_tokens
+    tok = reference_model.tokenizer
+    ids = tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+              add_special_tokens=False)["input_ids"]
+    assert second.usage.prompt_tokens == len(ids)
+    ref = reference(reference_model, ids, max_new_tokens=8)
+    assert second.choices[0].message.content == ref.text  # what a whole prefill gives

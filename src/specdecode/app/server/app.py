@@ -116,15 +116,16 @@ class ServerState:
 def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | None = None,
                max_queue: int = 16, max_batch: int = 8, speculation: Speculation = "adaptive",
                request_timeout: float = 300.0, model_id: str | None = None,
-               api_key: str | None = None,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+               api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               prefix_cache_tokens: int = 0) -> FastAPI:
     """Build the app around one loaded model.
 
     `decoder` serves requests that name no `speculative` method (a bare LoadedModel gets the
     tuned or default method); `options` (drafter options by name) configure the drafters that
     requests ask for by name. Up to `max_batch` requests generate together (`core.batch`), their
     draft rows chosen as `speculation` says; `api_key` (None: open) and `max_body_bytes` guard
-    the routes (`guard.RequestGuard`)."""
+    the routes (`guard.RequestGuard`); up to `prefix_cache_tokens` positions of prompts' caches are
+    kept for prompts that start alike (`core.prefix_cache`; 0: none)."""
     options = dict(options or {})
     if isinstance(decoder, LoadedModel):
         decoder = SpecDecoder(decoder, **options)
@@ -132,7 +133,7 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
         raise InvalidParameterError(f"request timeout must be > 0, got {request_timeout}")
     metrics = ServerMetrics()
     worker = EngineWorker(DecoderCache(decoder, options), metrics, max_queue, max_batch,
-                          speculation)
+                          speculation, prefix_cache_tokens)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -77,14 +77,23 @@ class ServerMetrics:
                                registry=r)
         self.accepted = Counter("specdecode_accepted_tokens", "Draft tokens accepted", ["method"],
                                 registry=r)
+        self.cached_prompt = Counter("specdecode_cached_prompt_tokens",
+                                     "Prompt tokens copied from a kept prompt's cache instead of "
+                                     "prefilled (their share = rate(this) / rate(prompt tokens))",
+                                     ["method"], registry=r)
+        self.prompt = Counter("specdecode_prompt_tokens", "Prompt tokens of finished generations",
+                              ["method"], registry=r)
 
-    def observe_run(self, method: str, finish_reason: str, stats: RunStats) -> None:
+    def observe_run(self, method: str, finish_reason: str, stats: RunStats,
+                    prompt_tokens: int) -> None:
         self.generations.labels(method, finish_reason).inc()
         self.tokens.labels(method).inc(stats.new_tokens)
         self.confirmed.labels(method).inc(stats.confirmed_tokens)
         self.target_forwards.labels(method).inc(stats.target_forwards)
         self.drafted.labels(method).inc(stats.drafted)
         self.accepted.labels(method).inc(stats.accepted)
+        self.cached_prompt.labels(method).inc(stats.cached_prompt_tokens)
+        self.prompt.labels(method).inc(prompt_tokens)
 
     def observe_step(self, step: StepReport) -> None:
         self.steps.inc()

@@ -39,7 +39,11 @@ def usage(prompt_tokens: int, runs: list[RunStats], decoder: SpecDecoder,
                 "accepted", "tokens_per_second", "wall_seconds"):
         speculative[key] = s[key]
     return {"prompt_tokens": prompt_tokens, "completion_tokens": stats.new_tokens,
-            "total_tokens": prompt_tokens + stats.new_tokens, "speculative": speculative}
+            "total_tokens": prompt_tokens + stats.new_tokens,
+            # OpenAI's field: prompt tokens served from a cache (the choices share one prompt)
+            "prompt_tokens_details": {"cached_tokens": max((r.cached_prompt_tokens for r in runs),
+                                                           default=0)},
+            "speculative": speculative}
 
 
 class Formatter:

@@ -21,6 +21,7 @@ from ...core.budget import DraftBudget
 from ...core.constraint import Grammar
 from ...core.engine import Batch, Chunk, Speculation
 from ...core.metrics import RunStats
+from ...core.prefix_cache import PrefixCache
 from ...core.sequence import Sequence
 from ...errors import KernelError, SpecDecodeError
 from ...models import LoadedModel
@@ -150,10 +151,12 @@ class EngineWorker:
     beyond that)."""
 
     def __init__(self, decoders: DecoderCache, metrics: ServerMetrics, max_queue: int = 16,
-                 max_batch: int = 8, speculation: Speculation = "adaptive") -> None:
+                 max_batch: int = 8, speculation: Speculation = "adaptive",
+                 prefix_cache_tokens: int = 0) -> None:
         if max_queue < 1 or max_batch < 1:
             raise ValueError(f"max_queue and max_batch must be >= 1, got {max_queue}, {max_batch}")
         self.decoders, self.metrics = decoders, metrics
+        self.prefix_cache_tokens = prefix_cache_tokens  # 0: none kept
         self.max_batch, self.speculation = max_batch, speculation
         self._jobs: queue.Queue[Job] = queue.Queue(max_queue)
         # id(sequence) -> its job, itself and its choice index in the job
@@ -226,8 +229,9 @@ class EngineWorker:
     def run(self, until: Callable[[], bool] = lambda: False) -> None:
         """The engine loop, until `stop` (or `until()` is true)."""
         model = self.decoders.default.model
+        prefixes = PrefixCache(self.prefix_cache_tokens) if self.prefix_cache_tokens else None
         batch = Batch(model.target, step_cost(model), model.eos_token_ids, model.decode,
-                      self.speculation)
+                      self.speculation, prefixes=prefixes)
         while not self._stop.is_set() and not until():
             self._admit(batch)
             self._leave_stopped(batch)
@@ -325,6 +329,7 @@ class EngineWorker:
                 job.learn_pieces(model, (t for ids in named for t in ids))
             job.send((index, chunk))
             if chunk.finish_reason is not None:
-                self.metrics.observe_run(job.decoder.method, chunk.finish_reason, chunk.stats)
+                self.metrics.observe_run(job.decoder.method, chunk.finish_reason, chunk.stats,
+                                         seq.prompt_length)
                 del self._running[id(seq)]
 
