@@ -254,6 +254,12 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
                    help="engine replicas (default 1); with --max-replicas, the fewest")
     r.add_argument("--max-replicas", type=int,
                    help="autoscale between --replicas and this many on requests in flight")
+    r.add_argument("--routing", choices=["conversation", "least-loaded"], default="conversation",
+                   help="conversation: a conversation's turns go back to the replica that "
+                        "served its first (its prompt's cache is kept there) unless it has "
+                        "several more requests in flight than the least loaded (default); "
+                        "least-loaded: "
+                        "Ray Serve's own choice, the less loaded of two random replicas")
     r.add_argument("--metrics-export-port", type=int, metavar="PORT",
                    help="where the local Ray instance's metrics agent serves every replica's "
                         "metrics (/metrics, Prometheus text, names prefixed ray_, labelled by "

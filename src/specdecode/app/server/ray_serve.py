@@ -299,19 +299,19 @@ def deployment(args: argparse.Namespace) -> serve.Application:
     if args.replicas < 1 or (args.max_replicas is not None and args.max_replicas < args.replicas):
         raise InvalidParameterError(f"need --replicas >= 1 and --max-replicas >= --replicas, got "
                                     f"{args.replicas}, {args.max_replicas}")
-    scaling: dict[str, Any] = {"num_replicas": args.replicas}
+    options: dict[str, Any] = {"num_replicas": args.replicas}
     if args.max_replicas is not None:
         # Ray Serve counts a replica's requests in flight, queued ones included
-        scaling = {"autoscaling_config": {"min_replicas": args.replicas,
+        options = {"autoscaling_config": {"min_replicas": args.replicas,
                                           "max_replicas": args.max_replicas,
                                           "target_ongoing_requests": args.max_batch}}
+    if args.routing == "conversation":
+        options["request_router_config"] = RequestRouterConfig(
+            request_router_class="specdecode.app.server.routing:ConversationRouter")
     engine = serve.deployment(EngineReplica, name=ENGINE).options(
         ray_actor_options={"num_cpus": threads},
         max_ongoing_requests=args.max_batch + args.max_queue,
-        graceful_shutdown_timeout_s=args.shutdown_grace,
-        request_router_config=RequestRouterConfig(
-            request_router_class="specdecode.app.server.routing:ConversationRouter"),
-        **scaling)
+        graceful_shutdown_timeout_s=args.shutdown_grace, **options)
     ingress = serve.deployment(Ingress, name=INGRESS).options(
         ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)
     return ingress.bind(engine.bind(args))
