@@ -1,9 +1,9 @@
-"""Ray Serve scale-out on this machine (issue 58): requests per second under 8 streaming clients
-with 2 engine replicas of 1 thread against 1 replica of 1 thread, both through Ray's HTTP proxy,
-beside the plain server of 1 thread; the latency Ray adds to a request at 1 client; what Ray's own
-processes cost in CPU; and whether every answer is the plain server's (greedy).
+"""Ray Serve scale-out on this machine (issue 58): requests per second under 8 (and 16) streaming
+clients with 2 engine replicas of 1 thread against 1 replica of 1 thread, both through Ray's HTTP
+proxy, beside the plain server of 1 thread; the latency Ray adds to a request at 1 client; what
+Ray's own processes cost in CPU; and whether every answer is the plain server's (greedy).
 
-    .venv/bin/python docs/benchmarks/ray/scale.py [--rounds 2] [--max-new-tokens 64]
+    .venv/bin/python docs/benchmarks/ray/scale.py [--rounds 2] [--clients 8,16]
 
 Servers run one at a time (each `specdecode serve` process, Ray's started and stopped with it),
 in rounds that interleave them, so a drift of the machine's speed hits each alike; medians over
@@ -32,7 +32,6 @@ CONFIGS = {
     "Ray, 1 replica x 1 thread": ["--ray", "--replicas", "1", "--threads", "1"],
     "Ray, 2 replicas x 1 thread": ["--ray", "--replicas", "2", "--threads", "1"],
 }
-CLIENTS = 8
 ENGINE_PROCESS = "ServeReplica:specdecode:EngineReplica"
 
 
@@ -77,13 +76,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--requests", type=int, default=32, help="per round at 8 clients")
+    p.add_argument("--clients", default="8,16")
+    p.add_argument("--requests", type=int, default=4, help="per client per round")
     a = p.parse_args()
+    levels = [int(c) for c in a.clients.split(",")]
     prompts = [q["turns"][0] for q in select(load_questions(None), 80)]
-    bodies = [_body(prompts[i % len(prompts)], a.max_new_tokens) for i in range(a.requests)]
-    common = ["--max-batch", str(CLIENTS), "--max-queue", str(4 * CLIENTS),
+    bodies = [_body(prompts[i % len(prompts)], a.max_new_tokens)
+              for i in range(a.requests * max(levels))]
+    common = ["--max-batch", "8", "--max-queue", str(4 * max(levels)),
               "--request-timeout", "3600"]
-    runs: dict[str, list[dict]] = {label: [] for label in CONFIGS}
+    runs: dict[tuple[str, int], list[dict]] = {(c, n): [] for c in CONFIGS for n in levels}
     kernels = ""
     for _ in range(a.rounds):
         for label, extra in CONFIGS.items():
@@ -94,24 +96,26 @@ def main() -> None:
             try:
                 asyncio.run(_level(server.url, bodies[:2], 2))  # warm-up
                 latency = latency_ms(server.url)
-                before = overhead_cpu(server)
-                timings, wall = asyncio.run(_level(server.url, bodies, CLIENTS))
-                after = overhead_cpu(server)
+                for n in levels:
+                    before = overhead_cpu(server)
+                    timings, wall = asyncio.run(_level(server.url, bodies[: a.requests * n], n))
+                    after = overhead_cpu(server)
+                    runs[label, n].append({
+                        "ready_s": round(up, 1), "latency_ms": latency, "wall_s": round(wall, 2),
+                        "requests_per_s": round(len(timings) / wall, 3),
+                        "tokens_per_s": round(sum(t.tokens for t in timings) / wall, 1),
+                        "ttft_p50_s": round(statistics.median(t.first for t in timings), 3),
+                        "cpu_s": {k: round(after[k] - before[k], 1) for k in after},
+                        "answers": {t.prompt: t.text for t in timings}})
             finally:
                 server.stop()
-            runs[label].append({
-                "ready_s": round(up, 1), "latency_ms": latency, "wall_s": round(wall, 2),
-                "requests_per_s": round(len(timings) / wall, 3),
-                "tokens_per_s": round(sum(t.tokens for t in timings) / wall, 1),
-                "ttft_p50_s": round(statistics.median(t.first for t in timings), 3),
-                "cpu_s": {k: round(after[k] - before[k], 1) for k in after},
-                "answers": {t.prompt: t.text for t in timings}})
-    reference = runs["plain, 1 thread"][0]["answers"]
+    reference = {k: v for n in levels for r in runs["plain, 1 thread", n]
+                 for k, v in r["answers"].items()}
     summary = {}
-    for label, rs in runs.items():
+    for (label, n), rs in runs.items():
         same = sum(r["answers"][k] == reference.get(k, r["answers"][k]) for r in rs
                    for k in r["answers"])
-        summary[label] = {
+        summary[f"{label} | {n}"] = {
             "requests_per_s": statistics.median(r["requests_per_s"] for r in rs),
             "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs),
             "ttft_p50_s": statistics.median(r["ttft_p50_s"] for r in rs),
@@ -125,31 +129,36 @@ def main() -> None:
     machine = machine_info()
     info = {"cpu": machine["cpu"], "kernels": kernels, "commit": machine["commit"],
             "date": machine["date"], "rounds": a.rounds, "requests": a.requests,
-            "clients": CLIENTS, "max_new_tokens": a.max_new_tokens, "model": "smollm2-135m"}
-    one, two = (summary[k]["requests_per_s"] for k in list(CONFIGS)[1:])
-    plain = summary["plain, 1 thread"]
-    lines = [f"# Ray Serve scale-out: {info['model']}, {CLIENTS} streaming clients, "
-             f"{a.requests} requests of {a.max_new_tokens} new tokens a round, greedy, median of "
-             f"{a.rounds} rounds", "",
+            "clients": levels, "max_new_tokens": a.max_new_tokens, "model": "smollm2-135m"}
+    plain, one = (summary[f"{k} | {levels[0]}"] for k in list(CONFIGS)[:2])
+    lines = [f"# Ray Serve scale-out: {info['model']}, {a.requests} streamed requests of "
+             f"{a.max_new_tokens} new tokens per client a round, greedy, --max-batch 8, median "
+             f"of {a.rounds} rounds", "",
              f"{info['cpu']}, kernel path {kernels}; commit {info['commit']}, {info['date']}", "",
-             "| server | requests/s | tokens/s | TTFT p50 s | 1-token chat ms (1 client) | "
-             "GET /v1/models ms | engine CPU s | other CPU s | wall s | ready s | answers as "
-             "plain |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| server | clients | requests/s | tokens/s | TTFT p50 s | 1-token chat ms "
+             "(1 client) | GET /v1/models ms | engine CPU s | other CPU s | wall s | ready s | answers as "
+             "plain |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, s in summary.items():
         lines.append(f"| {label} | {s['requests_per_s']:.2f} | {s['tokens_per_s']:.0f} | "
                      f"{s['ttft_p50_s']:.3f} | {s['chat_1_token_ms']:.1f} | {s['models_ms']:.1f} "
                      f"| {s['engine_cpu_s']:.1f} | {s['other_cpu_s']:.1f} | {s['wall_s']:.1f} | "
                      f"{s['ready_s']:.0f} | {s['same_answers']} |")
-    ray_one = summary[list(CONFIGS)[1]]
-    lines += ["", f"2 replicas / 1 replica: **{two / one:.2f}x** requests per second; Ray adds "
-              f"{ray_one['chat_1_token_ms'] - plain['chat_1_token_ms']:.1f} ms to a 1-token chat "
-              f"request and {ray_one['models_ms'] - plain['models_ms']:.1f} ms to GET /v1/models "
+    single, double = list(CONFIGS)[1:]
+
+    def rps(label: str, n: int) -> float:
+        return summary[f"{label} | {n}"]["requests_per_s"]
+
+    ratios = ", ".join(f"{rps(double, n) / rps(single, n):.2f}x at {n} clients" for n in levels)
+    lines += ["", f"2 replicas / 1 replica, requests per second: **{ratios}**. Ray adds "
+              f"{one['chat_1_token_ms'] - plain['chat_1_token_ms']:.1f} ms to a 1-token chat "
+              f"request and {one['models_ms'] - plain['models_ms']:.1f} ms to GET /v1/models "
               f"at 1 client (1 replica against the plain server)."]
     report = "\n".join(lines)
     print(report)
     (HERE / "scale.md").write_text(report + "\n")
-    (HERE / "scale.json").write_text(json.dumps({"info": info, "summary": summary,
-                                                 "runs": runs}, indent=1))
+    (HERE / "scale.json").write_text(json.dumps({
+        "info": info, "summary": summary,
+        "runs": {f"{label} | {n}": rs for (label, n), rs in runs.items()}}, indent=1))
 
 
 if __name__ == "__main__":
