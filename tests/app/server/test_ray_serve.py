@@ -219,3 +219,35 @@ def test_the_load_benchmark_measures_the_ray_endpoint(ray_url, tmp_path):
                  "--out", str(out)]) == 0
     result = json.loads((out / "load.json").read_text())["results"][ray_url]["2"]
     assert result["requests"] == 4 and result["tokens"] > 0 and result["aggregate_tps"] > 0
+
+
+def test_autoscaling_keeps_between_the_replica_counts_on_requests_in_flight():
+    args = _serve_args("--ray", "--replicas", "1", "--max-replicas", "3", "--max-batch", "4")
+    ingress = ray_serve.deployment(args)._bound_deployment  # bound to the engine replicas
+    config = ingress.init_args[0]._bound_deployment._deployment_config
+    scaling = config.autoscaling_config
+    assert (scaling.min_replicas, scaling.max_replicas) == (1, 3)
+    assert scaling.target_ongoing_requests == 4  # a full batch per replica
+
+
+def test_shutting_down_lets_a_request_in_flight_finish(ray_url):
+    """Last in this module: it deletes the deployment."""
+    async def stream_then_delete() -> str:
+        async with httpx.AsyncClient(base_url=ray_url, timeout=120) as client:
+            body = {"messages": [{"role": "user", "content": PROMPTS[2]}], "max_tokens": 96,
+                    "temperature": 0, "stream": True}
+            events = []
+            async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                deleting = None
+                async for line in r.aiter_lines():
+                    if line.startswith("data: "):
+                        events.append(line[len("data: "):])
+                        if deleting is None:  # the answer has begun: shut down now
+                            deleting = asyncio.create_task(
+                                asyncio.to_thread(serve.delete, ray_serve.APP_NAME))
+            await deleting
+            return events
+
+    events = asyncio.run(stream_then_delete())
+    assert events[-1] == "[DONE]" and not any(e.startswith('{"error"') for e in events)
+    assert json.loads(events[-2])["choices"][0]["finish_reason"] in ("length", "stop")
