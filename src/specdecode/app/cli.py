@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from ..core.engine import MAX_BATCH, SPECULATION
 from ..drafters import DRAFTERS
@@ -18,6 +20,9 @@ from ..models.loader import DTYPE_CHOICES
 from ..spec import DEFAULT_METHOD, DEFAULT_WITH_DRAFTER
 from .export import DEFAULT_VERIFIER, FORMATS
 from .options import add_drafter_arguments
+
+if TYPE_CHECKING:
+    from ray.serve import Application
 
 EXIT_USAGE = 2
 
@@ -354,6 +359,15 @@ class _StderrHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, value) -> None:  # StreamHandler sets it; the property reads stderr anew
         pass
+
+
+def ray_app(config: dict[str, str]) -> Application:
+    """`serve run specdecode.app.cli:ray_app args="--model M --replicas 2 --threads 2"`: Ray
+    Serve's own command runs `serve --ray`'s deployments for these `serve` arguments on a cluster
+    it manages."""
+    from .server.ray_serve import deployment
+
+    return deployment(build_parser().parse_args(["serve", *shlex.split(config.get("args", ""))]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..core.constraint import Grammar
 from ..core.engine import collect
@@ -18,9 +16,6 @@ from ..errors import InvalidParameterError, SpecDecodeError
 from ..pipeline import SpecDecoder
 from ..spec import resolve
 from .options import check_args, drafter_values, load, print_json, resolve_args
-
-if TYPE_CHECKING:
-    from fastapi import FastAPI
 
 
 def _read_prompt(args: argparse.Namespace) -> str:
@@ -199,9 +194,6 @@ def tune(args: argparse.Namespace) -> int:
     return 0
 
 
-API_KEY_VARIABLE = "SPECDECODE_API_KEY"
-
-
 def check_serve_args(args: argparse.Namespace) -> None:
     """`serve`'s values, checked before any model loads (one-line errors)."""
     from ..core.engine import MAX_BATCH
@@ -223,28 +215,6 @@ def check_serve_args(args: argparse.Namespace) -> None:
     check_args(args)
 
 
-def build_app(args: argparse.Namespace) -> tuple["FastAPI", str]:
-    """The app `serve` runs (its model loaded on the calling thread) and a line that says what it
-    serves; the Ray replicas (`server.ray_serve`) build theirs here too."""
-    from .server import create_app
-    from .server.guard import DEFAULT_MAX_BODY_BYTES
-
-    max_body_bytes = DEFAULT_MAX_BODY_BYTES if args.max_body_bytes is None else args.max_body_bytes
-    api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
-    model = load(args)
-    decoder = SpecDecoder(model, resolve_args(args, model))
-    app = create_app(decoder, options=drafter_values(args), max_queue=args.max_queue,
-                     max_batch=args.max_batch, speculation=args.speculation,
-                     request_timeout=args.request_timeout,
-                     model_id=args.served_model_name, api_key=api_key,
-                     max_body_bytes=max_body_bytes,
-                     prefix_cache_tokens=args.prefix_cache_tokens)
-    note = f"; {decoder.spec.note}" if decoder.spec.note else ""
-    access = "API key required" if api_key else "no API key: open to anyone who can connect"
-    return app, (f"{model.name} ({decoder.describe()}{note}; {model.kernels}; up to "
-                 f"{args.max_batch} requests at once, speculation {args.speculation}; {access})")
-
-
 def serve(args: argparse.Namespace) -> int:
     check_serve_args(args)
     if args.ray:
@@ -252,6 +222,7 @@ def serve(args: argparse.Namespace) -> int:
 
         return serve_ray(args)
     from .server import serve
+    from .server.launch import build_app
 
     app, what = build_app(args)
     print(f"specdecode: serving {what} on http://{args.host}:{args.port}/v1", file=sys.stderr)

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from server_helpers import running
 
-from specdecode.app.cli import build_parser, main
+from specdecode.app.cli import build_parser, main, ray_app
 
 ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
 from ray import serve  # noqa: E402
@@ -86,7 +86,7 @@ def ray_url():
 @pytest.fixture(scope="module")
 def local_url():
     """One local `specdecode serve` of the same arguments, in this process."""
-    from specdecode.app.commands import build_app
+    from specdecode.app.server.launch import build_app
 
     app, _ = build_app(_serve_args())
     with running(app) as server:
@@ -228,6 +228,13 @@ def test_autoscaling_keeps_between_the_replica_counts_on_requests_in_flight():
     scaling = config.autoscaling_config
     assert (scaling.min_replicas, scaling.max_replicas) == (1, 3)
     assert scaling.target_ongoing_requests == 4  # a full batch per replica
+
+
+def test_rays_own_serve_run_builds_the_deployments_from_serves_arguments():
+    app = ray_app({"args": f"--model {MODEL} --replicas 3 --threads 2"})
+    engine = app._bound_deployment.init_args[0]._bound_deployment
+    assert engine.num_replicas == 3 and engine.ray_actor_options["num_cpus"] == 2
+    assert engine.init_args[0].model == MODEL
 
 
 def test_shutting_down_lets_a_request_in_flight_finish(ray_url):

@@ -12,7 +12,7 @@ request goes to another; one that dies mid-stream ends the stream with an error 
 `[DONE]`, never a hang. Ray Serve replaces the dead replica, routes to none until its model has
 loaded (the constructor returns only then), and on shutdown lets requests in flight finish.
 
-A cluster runs the same deployments with Ray's own command (`serve run`, see `app_builder`).
+A cluster runs the same deployments with Ray's own command (`serve run`, see `cli.ray_app`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -36,8 +35,9 @@ from typing import Any
 # Ray Serve's switches, set before Ray Serve is imported (it reads them then) for this process
 # and the Ray instance it starts (a cluster's are set where `ray start` runs): replicas' user code
 # and the ingress's router on the actor's own event loop instead of threads of their own, and
-# requests to replicas over gRPC rather than as Ray actor tasks: together they cut Ray's latency
-# per request by nearly half and its CPU per streamed token by a third (BENCHMARKS.md).
+# requests to replicas over gRPC rather than as Ray actor tasks: together they take nearly half
+# of the latency Ray adds to a request away and raise what two replicas serve (measured by
+# docs/benchmarks/ray/switches.py).
 RAY_SERVE_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
                  "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
                  "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1"}
@@ -119,7 +119,7 @@ class EngineReplica:
     nothing until then: not ready while loading)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from ..commands import build_app
+        from .launch import build_app
 
         self._stopping = threading.Event()
         ready: Future = Future()
@@ -315,15 +315,6 @@ def deployment(args: argparse.Namespace) -> serve.Application:
     ingress = serve.deployment(Ingress, name=INGRESS).options(
         ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000)
     return ingress.bind(engine.bind(args))
-
-
-def app_builder(config: dict[str, str]) -> serve.Application:
-    """`serve run specdecode.app.server.ray_serve:app_builder args="--model M --replicas 2"`:
-    the deployments for `specdecode serve`'s arguments, on a cluster Ray's CLI manages."""
-    from ..cli import build_parser
-
-    args = build_parser().parse_args(["serve", *shlex.split(config.get("args", ""))])
-    return deployment(args)
 
 
 def run_deployment(args: argparse.Namespace) -> None:
