@@ -1,5 +1,6 @@
 """Conversation affinity (issue 58): 8 conversations of 4 turns at once (turn 1 a Spec-Bench first
-turn, then the answer and a follow-up each turn, 64 new tokens, greedy, streamed) against 2
+turn, then the answer and a follow-up each turn after a user's pause of 0.5-2 s, 64 new tokens,
+greedy, streamed) against 2
 replicas of 1 thread on the 135M model behind Ray's proxy, routed by conversation or by Ray
 Serve's own least-loaded choice. Reports how often turns 2-4 land on the replica of turn 1, their
 time to first token, and the share of their prompt tokens taken from a kept prompt's cache.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import socket
 import statistics
 import time
@@ -32,6 +34,7 @@ from ray import serve  # noqa: E402
 
 HERE = Path(__file__).parent
 CONVERSATIONS, TURNS, NEW_TOKENS = 8, 4, 64
+PAUSE_S = (0.5, 2.0)  # a user reads the answer before the next turn
 FOLLOW_UPS = ["Can you say more about that?", "Give an example.", "Summarize it in one line."]
 
 
@@ -57,16 +60,19 @@ async def turn(client: httpx.AsyncClient, messages: list[dict]) -> dict:
 
 async def conversations(url: str, openings: list[str]) -> list[list[dict]]:
     async with httpx.AsyncClient(base_url=url, timeout=300) as client:
-        async def one(opening: str) -> list[dict]:
+        async def one(k: int, opening: str) -> list[dict]:
+            pauses = random.Random(k)  # the same pauses under each routing
             messages, turns = [{"role": "user", "content": opening}], []
             for i in range(TURNS):
+                if i:
+                    await asyncio.sleep(pauses.uniform(*PAUSE_S))
                 got = await turn(client, messages)
                 turns.append(got)
                 messages += [{"role": "assistant", "content": got["text"]},
                              {"role": "user", "content": FOLLOW_UPS[i % len(FOLLOW_UPS)]}]
             return turns
 
-        return await asyncio.gather(*(one(o) for o in openings))
+        return await asyncio.gather(*(one(k, o) for k, o in enumerate(openings)))
 
 
 def main() -> None:
@@ -94,7 +100,7 @@ def main() -> None:
         ray.shutdown()
     machine = machine_info()
     lines = [f"# Conversation affinity: {CONVERSATIONS} conversations x {TURNS} turns at once, "
-             f"{NEW_TOKENS} new tokens a turn, 2 replicas x 1 thread, smollm2-135m, greedy, "
+             f"{PAUSE_S[0]}-{PAUSE_S[1]} s between turns, {NEW_TOKENS} new tokens a turn, 2 replicas x 1 thread, smollm2-135m, greedy, "
              f"{a.rounds} rounds", "",
              f"{machine['cpu']}; commit {machine['commit']}, {machine['date']}", "",
              "| routing | later turns on turn 1's replica | TTFT turn 1 p50 s | TTFT turns 2-4 "
