@@ -138,7 +138,9 @@ class Job:
                 event = await asyncio.wait_for(self.events.get(),
                                                left if poll is None else min(poll, left))
             except asyncio.TimeoutError:
-                if time.monotonic() >= self.deadline:
+                # without a poll the wait was the deadline's, and asyncio may end a wait up to
+                # its clock's resolution early: time.monotonic() can still read just before it
+                if poll is None or time.monotonic() >= self.deadline:
                     raise RequestTimeoutError(TIMEOUT_MESSAGE) from None
                 return None
         if isinstance(event, Exception):
