@@ -17,20 +17,19 @@ import argparse
 import asyncio
 import json
 import random
-import socket
 import statistics
 import time
 from pathlib import Path
 
 import httpx
 
+from specdecode.app.bench.load import free_port
 from specdecode.app.bench.run import machine_info
 from specdecode.app.bench.specbench import load_questions, select
 from specdecode.app.cli import build_parser
 from specdecode.app.server import ray_serve
 
-import ray  # noqa: E402  (after ray_serve: it sets Ray Serve's switches first)
-from ray import serve  # noqa: E402
+from ray import serve  # noqa: E402  (after ray_serve: it sets Ray Serve's switches first)
 
 HERE = Path(__file__).parent
 CONVERSATIONS, TURNS, NEW_TOKENS = 8, 4, 64
@@ -79,13 +78,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2)
     a = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     openings = [q["turns"][0] for q in select(load_questions(None), 80)][:CONVERSATIONS]
-    ray.init(include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     runs: dict[str, list[list[list[dict]]]] = {"conversation": [], "least-loaded": []}
-    try:
+    with ray_serve.ray_instance(log_to_driver=False):
         for _ in range(a.rounds):
             for routing in runs:
                 args = build_parser().parse_args([
@@ -95,13 +91,10 @@ def main() -> None:
                 runs[routing].append(asyncio.run(conversations(f"http://127.0.0.1:{port}",
                                                                openings)))
                 serve.delete(ray_serve.APP_NAME)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
     machine = machine_info()
     lines = [f"# Conversation affinity: {CONVERSATIONS} conversations x {TURNS} turns at once, "
-             f"{PAUSE_S[0]}-{PAUSE_S[1]} s between turns, {NEW_TOKENS} new tokens a turn, 2 replicas x 1 thread, smollm2-135m, greedy, "
-             f"{a.rounds} rounds", "",
+             f"{PAUSE_S[0]}-{PAUSE_S[1]} s between turns, {NEW_TOKENS} new tokens a turn, "
+             f"2 replicas x 1 thread, smollm2-135m, greedy, {a.rounds} rounds", "",
              f"{machine['cpu']}; commit {machine['commit']}, {machine['date']}", "",
              "| routing | later turns on turn 1's replica | TTFT turn 1 p50 s | TTFT turns 2-4 "
              "p50 s | turns 2-4 p90 s | prompt tokens from cache (turns 2-4) |",

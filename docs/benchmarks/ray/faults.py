@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import socket
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,34 +21,16 @@ from pathlib import Path
 import httpx
 import psutil
 
+from specdecode.app.bench.load import free_port, stream_outcome
 from specdecode.app.bench.run import machine_info
 from specdecode.app.bench.specbench import load_questions, select
 from specdecode.app.cli import build_parser
 from specdecode.app.server import ray_serve
 
-import ray  # noqa: E402  (after ray_serve: it sets Ray Serve's switches first)
-from ray import serve  # noqa: E402
+from ray import serve  # noqa: E402  (after ray_serve: it sets Ray Serve's switches first)
 
 HERE = Path(__file__).parent
 CLIENTS, PER_CLIENT, KILL_AFTER_S = 16, 3, 1.5
-
-
-async def outcome(client: httpx.AsyncClient, prompt: str) -> str:
-    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 64,
-            "temperature": 0, "stream": True}
-    events = []
-    try:
-        async with client.stream("POST", "/v1/chat/completions", json=body) as r:
-            if r.status_code != 200:
-                return f"http {r.status_code}"
-            async for line in r.aiter_lines():
-                if line.startswith("data: "):
-                    events.append(line[len("data: "):])
-    except httpx.HTTPError as exc:
-        return type(exc).__name__
-    if events[-1:] != ["[DONE]"]:
-        return "truncated"
-    return "error event" if any(e.startswith('{"error"') for e in events) else "ok"
 
 
 def replicas_running() -> int:
@@ -60,8 +41,10 @@ def replicas_running() -> int:
 async def one_kill(url: str, prompts: list[str]) -> tuple[Counter, float]:
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         async def one_client(k: int) -> list[str]:
-            return [await outcome(client, prompts[(k * PER_CLIENT + j) % len(prompts)])
-                    for j in range(PER_CLIENT)]
+            return [await stream_outcome(client, {
+                "messages": [{"role": "user",
+                              "content": prompts[(k * PER_CLIENT + j) % len(prompts)]}],
+                "max_tokens": 64, "temperature": 0}) for j in range(PER_CLIENT)]
 
         clients = asyncio.gather(*(one_client(k) for k in range(CLIENTS)))
         await asyncio.sleep(KILL_AFTER_S)
@@ -79,23 +62,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kills", type=int, default=3)
     a = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     args = build_parser().parse_args(["serve", "--ray", "--replicas", "2", "--threads", "1",
                                       "--port", str(port)])
     prompts = [q["turns"][0] for q in select(load_questions(None), 80)]
-    ray.init(include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     rows = []
-    try:
+    with ray_serve.ray_instance(log_to_driver=False):
         ray_serve.run_deployment(args)
         for _ in range(a.kills):
             outcomes, back = asyncio.run(one_kill(f"http://127.0.0.1:{port}", prompts))
             rows.append((outcomes, back))
             print(dict(outcomes), f"back to 2 replicas in {back:.1f} s", flush=True)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
     machine = machine_info()
     lost = sum(n for outcomes, _ in rows for k, n in outcomes.items()
                if k not in ("ok", "error event"))

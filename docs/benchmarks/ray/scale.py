@@ -136,8 +136,8 @@ def main() -> None:
              f"of {a.rounds} rounds", "",
              f"{info['cpu']}, kernel path {kernels}; commit {info['commit']}, {info['date']}", "",
              "| server | clients | requests/s | tokens/s | TTFT p50 s | 1-token chat ms "
-             "(1 client) | GET /v1/models ms | engine CPU s | other CPU s | wall s | ready s | answers as "
-             "plain |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(1 client) | GET /v1/models ms | engine CPU s | other CPU s | wall s | ready s | "
+             "answers as plain |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, s in summary.items():
         lines.append(f"| {label} | {s['requests_per_s']:.2f} | {s['tokens_per_s']:.0f} | "
                      f"{s['ttft_p50_s']:.3f} | {s['chat_1_token_ms']:.1f} | {s['models_ms']:.1f} "

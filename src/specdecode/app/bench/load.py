@@ -86,6 +86,28 @@ async def _stream(client, body: dict) -> Timing:
     return Timing(tokens, first, last, done, body["messages"][-1]["content"], "".join(text))
 
 
+async def stream_outcome(client, body: dict) -> str:
+    """How one streamed chat request ended: "ok" ([DONE] after the answer), "error event" (an
+    `error` event, then [DONE]: a clean end), else what went wrong (an HTTP status, a broken
+    connection, a stream cut short): a lost request."""
+    import httpx
+
+    events = []
+    try:
+        async with client.stream("POST", "/v1/chat/completions",
+                                 json={**body, "stream": True}) as r:
+            if r.status_code != 200:
+                return f"http {r.status_code}"
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(line[len("data: "):])
+    except httpx.HTTPError as exc:
+        return type(exc).__name__
+    if events[-1:] != ["[DONE]"]:
+        return "cut short"
+    return "error event" if any(e.startswith('{"error"') for e in events) else "ok"
+
+
 async def _level(url: str, bodies: list[dict], concurrency: int) -> tuple[list[Timing], float]:
     """`concurrency` clients take the bodies in turn, each streaming one at a time; returns the
     timings and the wall time from the first request to the last response."""
@@ -106,7 +128,8 @@ async def _level(url: str, bodies: list[dict], concurrency: int) -> tuple[list[T
     return timings, time.perf_counter() - started
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free port on the loopback interface."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -116,7 +139,7 @@ class Server:
     """`specdecode serve` in its own process on a free loopback port."""
 
     def __init__(self, serve_args: list[str]) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "specdecode.app.cli", "serve", "--port", str(self.port),
                    "--log-level", "warning", *serve_args]

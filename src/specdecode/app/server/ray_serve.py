@@ -29,7 +29,8 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 # Ray Serve's switches, set before Ray Serve is imported (it reads them then) for this process
@@ -324,36 +325,51 @@ def run_deployment(args: argparse.Namespace) -> None:
     serve.run(deployment(args), name=APP_NAME, route_prefix="/")
 
 
+@contextmanager
+def ray_instance(address: str | None = None, **init: Any) -> Iterator[None]:
+    """Ray for the block: a local instance started and stopped here (`address` None; `init`:
+    more of `ray.init`'s arguments), or a running cluster joined and left as it was."""
+    if address is None:
+        ray.init(include_dashboard=False, logging_level=logging.WARNING, **init)
+    else:
+        ray.init(address=address, logging_level=logging.WARNING)
+    try:
+        yield
+    finally:
+        if address is None:
+            serve.shutdown()
+        ray.shutdown()
+
+
 def serve_ray(args: argparse.Namespace) -> int:
     """`specdecode serve --ray`: start (or join) Ray, run the deployments behind Ray's HTTP proxy
     on --host:--port until SIGINT or SIGTERM, then shut them down gracefully."""
     deployment(args)  # bad values fail before Ray starts
-    if args.ray_address is None:
-        ray.init(include_dashboard=False, log_to_driver=args.log_level == "debug",
-                 logging_level=logging.WARNING, _metrics_export_port=args.metrics_export_port)
-    else:
-        ray.init(address=args.ray_address, logging_level=logging.WARNING)
+    local = {"log_to_driver": args.log_level == "debug",
+             "_metrics_export_port": args.metrics_export_port}
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT,
                                                                        signal.SIGTERM)}
     try:
-        started = time.perf_counter()
-        run_deployment(args)
-        print(f"specdecode: serving {args.model} through Ray Serve: {args.replicas} "
-              f"{ENGINE} replica(s) of {args.threads or 1} thread(s), ready in "
-              f"{time.perf_counter() - started:.0f} s, on http://{args.host}:{args.port}/v1",
-              file=sys.stderr)
-        if args.ray_address is None and args.metrics_export_port:
-            print(f"specdecode: every replica's metrics: http://127.0.0.1:"
-                  f"{args.metrics_export_port}/metrics (Ray's metrics agent)", file=sys.stderr)
-        stop.wait()
-        serve.delete(APP_NAME)  # replicas finish what is in flight first
+        with ray_instance(args.ray_address, **({} if args.ray_address else local)):
+            _serve_until(stop, args)
     except RuntimeError as exc:  # Ray Serve's deployment errors: one line, not a traceback
         raise SpecDecodeError(f"Ray Serve could not run the server: {exc}") from exc
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        serve.shutdown()
-        if args.ray_address is None:
-            ray.shutdown()
     return 0
+
+
+def _serve_until(stop: threading.Event, args: argparse.Namespace) -> None:
+    started = time.perf_counter()
+    run_deployment(args)
+    print(f"specdecode: serving {args.model} through Ray Serve: {args.replicas} "
+          f"{ENGINE} replica(s) of {args.threads or 1} thread(s), ready in "
+          f"{time.perf_counter() - started:.0f} s, on http://{args.host}:{args.port}/v1",
+          file=sys.stderr)
+    if args.ray_address is None and args.metrics_export_port:
+        print(f"specdecode: every replica's metrics: http://127.0.0.1:"
+              f"{args.metrics_export_port}/metrics (Ray's metrics agent)", file=sys.stderr)
+    stop.wait()
+    serve.delete(APP_NAME)  # replicas finish what is in flight first
