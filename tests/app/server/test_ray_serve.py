@@ -17,7 +17,7 @@ import psutil
 import pytest
 from server_helpers import running
 
-from specdecode.app.bench.load import free_port, stream_outcome
+from specdecode.app.bench.load import Server, free_port, stream_outcome
 from specdecode.app.cli import build_parser, main, ray_app
 
 ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
@@ -108,6 +108,20 @@ def test_bad_replica_counts_are_one_line_errors_before_ray_starts(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("--replicas" in line for line in err)
     assert not _ray_processes()
+
+
+def test_serve_ray_stops_on_sigterm_and_leaves_no_ray_process_behind():
+    server = Server(["--model", MODEL, "--ray", "--replicas", "1", "--threads", "1"])
+    try:
+        server.wait()
+        assert httpx.get(server.url + "/v1/models", timeout=30).json()["data"][0]["id"] == MODEL
+    finally:
+        server.stop()
+    assert server.process.returncode == 0, server.process.stderr.read()[-2000:]
+    deadline = time.monotonic() + 30
+    while _ray_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _ray_processes(), "Ray left processes behind"
 
 
 def test_ray_replicas_answer_what_one_local_server_answers(ray_url, local_url):

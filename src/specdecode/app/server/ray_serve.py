@@ -347,17 +347,20 @@ def serve_ray(args: argparse.Namespace) -> int:
     deployment(args)  # bad values fail before Ray starts
     local = {"log_to_driver": args.log_level == "debug",
              "_metrics_export_port": args.metrics_export_port}
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT,
-                                                                       signal.SIGTERM)}
     try:
         with ray_instance(args.ray_address, **({} if args.ray_address else local)):
-            _serve_until(stop, args)
+            # after ray.init, which installs a SIGTERM handler of its own that ends the process
+            # at once (leaving Ray's agents behind)
+            stop = threading.Event()
+            previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT,
+                                                                               signal.SIGTERM)}
+            try:
+                _serve_until(stop, args)
+            finally:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
     except RuntimeError as exc:  # Ray Serve's deployment errors: one line, not a traceback
         raise SpecDecodeError(f"Ray Serve could not run the server: {exc}") from exc
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     return 0
 
 
