@@ -143,6 +143,11 @@ def _add_bench(sub: "argparse._SubParsersAction") -> None:
                         "(default bench-out)")
     b.add_argument("--resume", action="store_true",
                    help="continue the run recorded in --out: nothing already measured is rerun")
+    b.add_argument("--prefill", action="store_true",
+                   help="instead of the table: where the prefill of a 512-, 2,048- and "
+                        "8,192-token prompt spends its time (matrix calls by format against the "
+                        "path's matrix peak, attention, the rest), beside llama.cpp's llama-bench "
+                        "-p on the same file (`make peers` builds it)")
     b.add_argument("--floor", action="store_true",
                    help="instead of the table: the target's weight bytes, its bandwidth floor "
                         "(measured memory bandwidth) and arithmetic floor (the kernels' measured "

@@ -15,7 +15,7 @@ from ..core.sequence import GenerationConfig
 from ..errors import InvalidParameterError, SpecDecodeError
 from ..pipeline import SpecDecoder
 from ..spec import resolve
-from .options import check_args, drafter_values, load, print_json, resolve_args
+from .options import check_args, load, print_json, resolve_args
 
 
 def _read_prompt(args: argparse.Namespace) -> str:
@@ -139,6 +139,13 @@ def bench(args: argparse.Namespace) -> int:
 
         model = load(args)
         print(distance_report(args, model))
+        return 0
+    if args.prefill:
+        from .bench.prefill import measure_prefill, peer_rates, prefill_report
+
+        model = load(args)
+        times = measure_prefill(model)  # ours first: llama-bench must not run beside it
+        print(prefill_report(model, times, *peer_rates(model, times.sizes)))
         return 0
     if args.floor:
         from .bench.floor import floor_report, gguf_tensor_mb, resident_mb, tokenizer_alone

@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,14 +183,18 @@ def exit_reason(returncode: int) -> str:
     return f"exit status {returncode}"
 
 
-def llama_bench(gguf: Path, threads: int) -> dict[str, float]:
-    """`llama-bench` on the file: {'pp512': tok/s, 'tg128': tok/s} (its default repeats)."""
+def llama_bench(gguf: Path, threads: int, prompts: Sequence[int] = (512,), generate: int = 128,
+                repetitions: int | None = None) -> dict[str, float]:
+    """`llama-bench` on the file: {'pp512': tok/s, 'tg128': tok/s} for each prompt length and the
+    generation length (0: none), `repetitions` each (None: its default)."""
     exe = program("llama-bench")
     if exe is None:
         raise SpecDecodeError(missing_reason() or f"llama-bench is not in {programs_dir()}")
-    done = subprocess.run([str(exe), "-m", str(gguf), "-t", str(threads), "-p", "512",
-                           "-n", "128", "-o", "json"], capture_output=True, text=True,
-                          timeout=TIMEOUT_SECONDS)
+    command = [str(exe), "-m", str(gguf), "-t", str(threads), "-p", ",".join(map(str, prompts)),
+               "-n", str(generate), "-o", "json"]
+    if repetitions is not None:
+        command += ["-r", str(repetitions)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
     if done.returncode != 0:
         raise SpecDecodeError(f"llama-bench failed ({exit_reason(done.returncode)}): "
                               f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}")
