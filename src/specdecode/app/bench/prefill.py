@@ -6,10 +6,9 @@ The prefill is the engine's: chunks of `PREFILL_CHUNK` rows into an empty cache.
 are measured alone: every matrix of the model called on a chunk of random activations, by format
 (a chunk's matrix work does not depend on where in the prompt it sits, so the prompt's is the
 chunks' sum); their multiply-adds per second against `floor.peak_macs` (the same kernel and rows
-on a matrix held in the caches) is how near the matrix engine's peak they run. What is left is
-attention, which grows with the prompt's square, and the rest (norms, rotary, activations, the
-embedding), which grows with its length: split by fitting a n + b n^2 to the three sizes (an
-estimate, and said so).
+on a matrix held in the caches) is how near the kernel's peak they run. The rest of the prefill
+is attention, whose cost per token grows with the prompt, and what costs the same per token
+(norms, rotary, activations, the embedding): the rest per token, at each length, shows which.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from ...core.engine import PREFILL_CHUNK
@@ -48,11 +46,10 @@ class PrefillTimes:
     matrices: dict[str, tuple[float, float]]  # `matrix_seconds`
     peaks: dict[str, float]  # multiply-adds per second of each format's kernel, in the caches
     totals: dict[int, float]  # prompt tokens -> seconds of its whole prefill
-    fit: tuple[float, float]  # (a, b): the prefill less its matrix calls ~ a n + b n^2
 
 
 def measure_prefill(model: LoadedModel, sizes: Sequence[int] = SIZES) -> PrefillTimes:
-    """The prefill of each of `sizes` tokens the context holds (at least two, for the fit)."""
+    """The prefill of each of `sizes` tokens the context holds (at least two)."""
     sizes = [n for n in sizes if n < model.target.max_length]
     if len(sizes) < 2:
         raise InvalidParameterError(f"{model.name}'s context of {model.target.max_length} tokens "
@@ -61,12 +58,8 @@ def measure_prefill(model: LoadedModel, sizes: Sequence[int] = SIZES) -> Prefill
     kinds = {str(kind): kind for linear in model.target.linears() for kind, _ in linear.parts()}
     peaks = {name: peak_macs(model.target.kernels, kind, PREFILL_CHUNK)
              for name, kind in kinds.items()}
-    chunk = sum(s for s, _ in matrices.values())
     totals = {n: prefill_seconds(model, n, repeats=3 if n <= 2048 else 1) for n in sizes}
-    a, b = np.linalg.lstsq(np.array([[n, n * n] for n in sizes], dtype=float),
-                           np.array([totals[n] - chunk * n / PREFILL_CHUNK for n in sizes]),
-                           rcond=None)[0]
-    return PrefillTimes(sizes, matrices, peaks, totals, (float(a), float(b)))
+    return PrefillTimes(sizes, matrices, peaks, totals)
 
 
 def prefill_report(model: LoadedModel, t: PrefillTimes, peer: dict[int, float] | None,
@@ -74,20 +67,19 @@ def prefill_report(model: LoadedModel, t: PrefillTimes, peer: dict[int, float] |
     """The report's lines; `peer`: llama-bench's tokens/s by prompt length (None: not run,
     because `why`)."""
     chunk = sum(s for s, _ in t.matrices.values())
-    a, b = t.fit
     lines = [f"prefill of {model.name} ({model.weights}, {model.kernels}, "
              f"{torch.get_num_threads()} threads; {PREFILL_CHUNK}-row chunks into an empty cache)",
              "matrix calls of a chunk, by format (measured alone): " + "; ".join(
                  f"{kind.removeprefix('torch.')} {s * 1e3:.1f} ms, {macs / s / 1e9:.0f} GMAC/s "
                  f"= {macs / s / t.peaks[kind]:.0%} of its peak {t.peaks[kind] / 1e9:.0f}"
                  for kind, (s, macs) in sorted(t.matrices.items())),
-             "| prompt | tok/s | matrix calls | attention (fitted) | the rest (fitted) | "
-             "llama-bench pp tok/s | ours / llama.cpp |", "|---|---|---|---|---|---|---|"]
+             "| prompt | tok/s | matrix calls | the rest (attention, norms, ...) | the rest per "
+             "token | llama-bench pp tok/s | ours / llama.cpp |", "|---|---|---|---|---|---|---|"]
     for n in t.sizes:
-        total = t.totals[n]
-        theirs = (peer or {}).get(n)
-        lines.append(f"| {n} | {n / total:.0f} | {chunk * n / PREFILL_CHUNK / total:.0%} | "
-                     f"{max(0.0, b * n * n) / total:.0%} | {max(0.0, a * n) / total:.0%} | "
+        total, theirs = t.totals[n], (peer or {}).get(n)
+        matrix = chunk * n / PREFILL_CHUNK
+        lines.append(f"| {n} | {n / total:.0f} | {matrix / total:.0%} | "
+                     f"{(total - matrix) / total:.0%} | {(total - matrix) / n * 1e3:.2f} ms | "
                      + (f"{theirs:.0f} | {n / total / theirs:.2f}x |" if theirs else "- | - |"))
     if peer is None:
         lines.append(f"llama.cpp: not compared ({why})")
