@@ -101,6 +101,45 @@ def _add_generate(sub: "argparse._SubParsersAction") -> None:
                         "greedy outputs are token-identical")
 
 
+def _add_bench_modes(b: argparse.ArgumentParser) -> None:
+    """`bench`'s reports other than the speed table: prefill, floors, distance, load."""
+    b.add_argument("--prefill", action="store_true",
+                   help="instead of the table: where the prefill of a 512-, 2,048- and "
+                        "8,192-token prompt spends its time (matrix calls by format against the "
+                        "path's matrix peak, attention, the rest), beside llama.cpp's llama-bench "
+                        "-p on the same file (`make peers` builds it)")
+    b.add_argument("--floor", action="store_true",
+                   help="instead of the table: the target's weight bytes, its bandwidth floor "
+                        "(measured memory bandwidth) and arithmetic floor (the kernels' measured "
+                        "peak), its load time and resident memory, and its step time over 1, 4, "
+                        "8 and 16 new tokens between them, each also as a fraction of the "
+                        "path's instruction peak (its dot-product instruction alone, in "
+                        "registers, on every thread)")
+    b.add_argument("--distance", action="store_true",
+                   help="instead of the table: for a GGUF model, how often our quantized path "
+                        "and llama.cpp pick the greedy token of transformers' fp32 reading of "
+                        "the same file (teacher-forced "
+                        "top-1 agreement, identical greedy outputs) on the first --limit prompts "
+                        "of each group")
+    b.add_argument("--synthetic-1b", metavar="PATH",
+                   help="use a random-weight ~1B Llama-family GGUF in llama.cpp's Q4_K_M mix "
+                        "as the model, written to PATH first if it is not there (~0.8 GB, a "
+                        "few minutes): memory and speed at a real model's size")
+    b.add_argument("--load", metavar="N1,N2,...",
+                   help="instead of the table: the server under N concurrent streaming clients "
+                        "for each N (e.g. 1,2,4,8,16), for each --load-modes server: aggregate "
+                        "and per-request tokens/s, time to first token, inter-token latency, "
+                        "answers the same as one at a time's (load.md, load.json, load.png in "
+                        "--out)")
+    b.add_argument("--load-modes",
+                   help="servers for --load: 'one at a time' (no batching), adaptive, always, "
+                        "off (speculation in a batch; default: all four)")
+    b.add_argument("--load-url", metavar="URL",
+                   help="--load against a server already running at URL (e.g. `specdecode "
+                        "serve --ray` behind Ray's proxy) instead of starting --load-modes "
+                        "servers; it is neither started nor stopped")
+
+
 def _add_bench(sub: "argparse._SubParsersAction") -> None:
     b = sub.add_parser("bench", help="Spec-Bench speed table: our methods and their peers",
                        description="Run the first N prompts of each Spec-Bench task group (MT-bench "
@@ -143,41 +182,7 @@ def _add_bench(sub: "argparse._SubParsersAction") -> None:
                         "(default bench-out)")
     b.add_argument("--resume", action="store_true",
                    help="continue the run recorded in --out: nothing already measured is rerun")
-    b.add_argument("--prefill", action="store_true",
-                   help="instead of the table: where the prefill of a 512-, 2,048- and "
-                        "8,192-token prompt spends its time (matrix calls by format against the "
-                        "path's matrix peak, attention, the rest), beside llama.cpp's llama-bench "
-                        "-p on the same file (`make peers` builds it)")
-    b.add_argument("--floor", action="store_true",
-                   help="instead of the table: the target's weight bytes, its bandwidth floor "
-                        "(measured memory bandwidth) and arithmetic floor (the kernels' measured "
-                        "peak), its load time and resident memory, and its step time over 1, 4, "
-                        "8 and 16 new tokens between them, each also as a fraction of the "
-                        "path's instruction peak (its dot-product instruction alone, in "
-                        "registers, on every thread)")
-    b.add_argument("--distance", action="store_true",
-                   help="instead of the table: for a GGUF model, how often our quantized path "
-                        "and llama.cpp pick the greedy token of transformers' fp32 reading of "
-                        "the same file (teacher-forced "
-                        "top-1 agreement, identical greedy outputs) on the first --limit prompts "
-                        "of each group")
-    b.add_argument("--synthetic-1b", metavar="PATH",
-                   help="use a random-weight ~1B Llama-family GGUF in llama.cpp's Q4_K_M mix "
-                        "as the model, written to PATH first if it is not there (~0.8 GB, a "
-                        "few minutes): memory and speed at a real model's size")
-    b.add_argument("--load", metavar="N1,N2,...",
-                   help="instead of the table: the server under N concurrent streaming clients "
-                        "for each N (e.g. 1,2,4,8,16), for each --load-modes server: aggregate "
-                        "and per-request tokens/s, time to first token, inter-token latency, "
-                        "answers the same as one at a time's (load.md, load.json, load.png in "
-                        "--out)")
-    b.add_argument("--load-modes",
-                   help="servers for --load: 'one at a time' (no batching), adaptive, always, "
-                        "off (speculation in a batch; default: all four)")
-    b.add_argument("--load-url", metavar="URL",
-                   help="--load against a server already running at URL (e.g. `specdecode "
-                        "serve --ray` behind Ray's proxy) instead of starting --load-modes "
-                        "servers; it is neither started nor stopped")
+    _add_bench_modes(b)
     b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy); a "
                    "question with a \"json_schema\" (category \"structured\") is answered "
                    "under that schema, and the report says how many tokens the grammar forced "
