@@ -27,10 +27,10 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import Future
-from dataclasses import dataclass
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 # Ray Serve's switches, set before Ray Serve is imported (it reads them then) for this process
@@ -60,6 +60,7 @@ from starlette.responses import JSONResponse, Response
 
 from ...errors import InvalidParameterError, SpecDecodeError
 from . import responses
+from .launch import build_app
 from .ray_metrics import PERIOD_S as METRICS_PERIOD_S
 from .ray_metrics import RayMetricsMirror
 
@@ -120,8 +121,6 @@ class EngineReplica:
     nothing until then: not ready while loading)."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from .launch import build_app
-
         self._stopping = threading.Event()
         ready: Future = Future()
 
