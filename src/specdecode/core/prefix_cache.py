@@ -32,7 +32,6 @@ class PrefixCache:
         self.kept: OrderedDict[int, tuple[torch.Tensor, KVCache]] = OrderedDict()
         self.held = 0  # positions over all kept caches
         self.added = 0  # keys of the kept, in the order they came
-        self.lookups = self.hits = self.reused_tokens = 0  # what the server's metrics read
 
     def keep(self, tokens: torch.Tensor, cache: KVCache) -> None:
         """Keep a copy of `cache`, which holds exactly `tokens` [n] (a prompt just read)."""
@@ -54,7 +53,6 @@ class PrefixCache:
     def lookup(self, prompt: torch.Tensor) -> tuple[int, KVCache | None]:
         """The longest prefix of `prompt` [n] (the positions a prefill would write) that a kept
         cache holds, and a copy of that cache cut to it; (0, None) when none starts alike."""
-        self.lookups += 1
         best, best_key = 0, None
         for key, (kept, _) in self.kept.items():
             n = min(kept.shape[0], prompt.shape[0])
@@ -67,8 +65,6 @@ class PrefixCache:
         self.kept.move_to_end(best_key)
         cache = self.kept[best_key][1].copy()
         cache.rollback(best)
-        self.hits += 1
-        self.reused_tokens += best
         return best, cache
 
     def _drop(self, key: int) -> None:
