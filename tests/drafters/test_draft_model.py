@@ -257,7 +257,7 @@ def test_a_tree_draft_lists_nodes_best_first_parents_before_children_within_its_
 
 
 def test_a_tree_one_wide_is_the_chain_drafted_alone(tiny_llama):
-    from specdecode.drafters.base import draft_chain
+    from specdecode.drafters.chain import draft_chain
     from specdecode.drafters.draft_model import draft_tree
 
     model = _native(tiny_llama)
@@ -348,7 +348,7 @@ def test_a_draft_model_priced_out_by_a_passing_slowdown_drafts_again_after_a_pro
     from types import SimpleNamespace
 
     from specdecode.core.budget import DraftBudget
-    from specdecode.drafters.base import ForwardClock
+    from specdecode.drafters.clock import ForwardClock
 
     drafter = DraftModel(make_target(12))
     seq = SimpleNamespace(context=torch.tensor(PROMPT), sampling=SamplingParams(),

@@ -5,7 +5,7 @@ import importlib
 import pkgutil
 
 from ..core.drafter import Draft, Drafter, NoOptions
-from .base import (
+from .registry import (
     DRAFTERS,
     create_drafter,
     drafter_class,

@@ -29,7 +29,9 @@ from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.sampling import SamplingParams
 from ..core.target import forward_last
-from .base import ForwardClock, draft_chain, drafter_class
+from .chain import draft_chain
+from .clock import ForwardClock
+from .registry import drafter_class
 
 OVERLAP = 3  # context tokens retokenized with the draft's text, to find the boundary
 GREEDY = SamplingParams(temperature=0.0)

@@ -31,13 +31,14 @@ from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.target import MaskedTarget, Target, forward_last
 from ..errors import InvalidParameterError, VocabularyMismatchError
 from ..models.fim import FimTokens, fim_window
-from .base import ForwardClock, draft_chain, option, register
 from .calibration import Calibration
+from .chain import draft_chain
+from .clock import ForwardClock
 from .cross_tokenizer import CrossTokenizerDraft
 from .lookup import MatchEvidence
 from .ngrams import NgramIndex
+from .registry import option, register
 from .vocabulary import cut_vocabulary, shared_ids
-
 
 NET_WEIGHT = 0.2  # weight of the newest draft model step in a sequence's `net`
 

@@ -29,7 +29,6 @@ from ..core.target import FeatureTarget, KVCache
 from ..core.tree import ROOT
 from ..models.heads import EagleHead
 from ..models.linear import Linear
-from .base import option, register
 from .learned import (
     DEFAULT_NODES,
     HeadOptions,
@@ -39,6 +38,7 @@ from .learned import (
     select_nodes,
     to_token_ids,
 )
+from .registry import option, register
 
 DEFAULT_DEPTH = 2  # tree levels by default, with DEFAULT_NODES nodes (see `learned.py`)
 

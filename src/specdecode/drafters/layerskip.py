@@ -22,7 +22,8 @@ from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.target import LayerSkipTarget
 from ..errors import InvalidParameterError
 from ..profiles import load_profile
-from .base import draft_chain, option, register
+from .chain import draft_chain
+from .registry import option, register
 
 log = logging.getLogger("specdecode")
 PROFILE_SECTION = "layerskip"

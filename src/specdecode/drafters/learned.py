@@ -15,7 +15,7 @@ from ..core.target import FeatureTarget
 from ..core.tree import ROOT
 from ..errors import InvalidParameterError, ModelLoadError
 from ..models.heads import load_head
-from .base import option
+from .registry import option
 
 if TYPE_CHECKING:
     from ..models import LoadedModel

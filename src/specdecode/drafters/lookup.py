@@ -12,8 +12,8 @@ import torch
 from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..errors import InvalidParameterError
-from .base import option, register
 from .ngrams import AcceptanceRecord, NgramIndex
+from .registry import option, register
 
 
 @dataclass

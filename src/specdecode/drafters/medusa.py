@@ -22,8 +22,14 @@ from ..core.target import FeatureTarget
 from ..core.tree import ROOT
 from ..models.heads import MedusaHeads
 from ..models.linear import Linear
-from .base import register
-from .learned import DEFAULT_NODES, HeadOptions, LearnedDrafter, draft_lm_head, to_token_ids
+from .learned import (
+    DEFAULT_NODES,
+    HeadOptions,
+    LearnedDrafter,
+    draft_lm_head,
+    to_token_ids,
+)
+from .registry import register
 
 # Candidate paths by rank, best first: wide where the heads are sure (head 1), narrow deeper,
 # where each head's top-1 accuracy drops (Medusa's own trees are chosen the same way from

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
-from .base import register
+from .registry import register
 
 
 @register("ar")

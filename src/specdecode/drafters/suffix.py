@@ -30,8 +30,8 @@ from ..core.budget import DraftBudget
 from ..core.drafter import EMPTY_DRAFT, Draft, Drafter
 from ..core.tree import ROOT
 from ..errors import InvalidParameterError
-from .base import option, register
 from .ngrams import AcceptanceRecord, Key, NgramIndex
+from .registry import option, register
 
 Class = tuple[str, int, int]  # (source, n-gram length or 0, rank among the source's candidates)
 
