@@ -25,8 +25,8 @@ from .drafters import Drafter, drafter_class
 from .errors import InvalidParameterError
 from .grammars import GrammarCompiler, grammar_compiler
 from .models import DEFAULT_MODEL, LoadedModel, load_model
+from .models.timing import step_cost
 from .spec import DecodingSpec, resolve
-from .timing import step_cost
 
 
 class SpecDecoder:

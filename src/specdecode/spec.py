@@ -15,8 +15,8 @@ from .core.budget import MAX_DRAFT_NODES
 from .drafters import DRAFTERS, drafter_class, make_options
 from .errors import InvalidParameterError
 from .models import LoadedModel
+from .models.timing import machine_key
 from .profiles import load_profile
-from .timing import machine_key
 
 # The fastest lossless method measured on the default model, and on a model whose alias names a
 # draft model (the Qwen2.5-Coder 1.5B with its 0.5B; BENCHMARKS.md).

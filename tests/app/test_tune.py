@@ -8,8 +8,8 @@ from specdecode.app.cli import main
 from specdecode.app.tune import NOISE, PROFILE_SECTION, candidates, tune
 from specdecode.drafters.layerskip import PROFILE_SECTION as LAYERSKIP_SECTION
 from specdecode.models import load_model
+from specdecode.models.timing import machine_key
 from specdecode.profiles import load_profile, save_profile_section
-from specdecode.timing import machine_key
 
 
 def test_candidates_start_with_plain_decoding_and_add_a_draft_model_only_when_given(

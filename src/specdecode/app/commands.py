@@ -148,7 +148,12 @@ def bench(args: argparse.Namespace) -> int:
         print(prefill_report(model, times, *peer_rates(model, times.sizes)))
         return 0
     if args.floor:
-        from .bench.floor import floor_report, gguf_tensor_mb, resident_mb, tokenizer_alone
+        from .bench.floor import (
+            floor_report,
+            gguf_tensor_mb,
+            resident_mb,
+            tokenizer_alone,
+        )
 
         # the tokenizer first, so that what loading the model adds is its weights (plus at most
         # a second tokenizer): an upper bound on the weights' resident memory
@@ -174,7 +179,7 @@ def bench(args: argparse.Namespace) -> int:
 def tune(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ..timing import measure, save_step_cost
+    from ..models.timing import measure, save_step_cost
     from ..profiles import save_profile_section
     from .bench.specbench import GROUPS, calibration_prompts
     from .layer_search import search_layers_once

@@ -17,9 +17,9 @@ from dataclasses import asdict
 from ..drafters import DRAFTERS, make_options
 from ..errors import SpecDecodeError
 from ..models import LoadedModel
+from ..models.timing import machine_key
 from ..pipeline import SpecDecoder
 from ..spec import TUNED_SECTION, DecodingSpec, default_method, resolve
-from ..timing import machine_key
 
 PROFILE_SECTION = TUNED_SECTION
 # timings of one configuration move this much between runs here (2 cores): a configuration must

@@ -25,8 +25,8 @@ from ...core.engine import PREFILL_CHUNK
 from ...errors import SpecDecodeError
 from ...kernels import Kernels
 from ...models import LoadedModel
+from ...models.timing import step_seconds
 from ...quant import QuantTensor, panel_bytes, random_blocks
-from ...timing import step_seconds
 
 
 def _median_seconds(fn, repeats: int, statistic=statistics.median) -> float:

@@ -22,8 +22,8 @@ from ...drafters import DRAFTERS
 from ...errors import InvalidParameterError, SpecDecodeError
 from ...models import LoadedModel, load_model
 from ...models.loader import gguf_file
+from ...models.timing import cpu_name
 from ...pipeline import SpecDecoder
-from ...timing import cpu_name
 from ..options import check_args, drafter_values, load, positive_ints, resolve_args
 from . import llamacpp, llamacpp_programs
 from .audit import greedy_audit
@@ -31,9 +31,15 @@ from .fim import MODULES as FIM_MODULES
 from .fim import fim_questions
 from .records import Record, RecordStore
 from .report import format_report, summarize
-from .specbench import (LLAMA_CPP_PEERS, LLAMA_CPP_PROGRAMS, PEERS, group_of, load_questions,
-                        select, turns_of)
-
+from .specbench import (
+    LLAMA_CPP_PEERS,
+    LLAMA_CPP_PROGRAMS,
+    PEERS,
+    group_of,
+    load_questions,
+    select,
+    turns_of,
+)
 
 DRAFTING_PROGRAMS = ("llamacpp-bin-draft", "llamacpp-bin-ngram")  # --sweep-depth sets their n-max
 DRAFT_MODEL_METHODS = {"draft", "hf-assisted", "llamacpp-bin-draft"}  # run --draft-model

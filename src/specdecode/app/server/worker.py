@@ -25,9 +25,9 @@ from ...core.prefix_cache import PrefixCache
 from ...core.sequence import Sequence
 from ...errors import KernelError, SpecDecodeError
 from ...models import LoadedModel
+from ...models.timing import step_cost
 from ...pipeline import SpecDecoder
 from ...spec import resolve
-from ...timing import step_cost
 from .metrics import ServerMetrics
 
 log = logging.getLogger("specdecode.server")

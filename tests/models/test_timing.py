@@ -4,11 +4,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from specdecode import timing
 from specdecode.core.cost import StepCost
+from specdecode.models import timing
 from specdecode.models.cache import StaticKVCache
 from specdecode.models.decoder import NativeDecoder
-from specdecode.timing import measure, save_step_cost, step_cost, step_seconds
+from specdecode.models.timing import measure, save_step_cost, step_cost, step_seconds
 
 
 def test_step_seconds_gives_a_positive_time_for_every_size(tiny_llama):

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .core.cost import MEASURED_ROWS, SHORT_CONTEXT, StepCost
-from .core.target import Target, forward
-from .models.cache import StaticKVCache
-from .profiles import load_profile, save_profile_section
+from ..core.cost import MEASURED_ROWS, SHORT_CONTEXT, StepCost
+from ..core.target import Target, forward
+from ..profiles import load_profile, save_profile_section
+from .cache import StaticKVCache
 
 if TYPE_CHECKING:
-    from .models import LoadedModel
+    from .loader import LoadedModel
 
 PROFILE_SECTION = "step_cost"
 # steps of at most SMALL_STEP rows: SETTLE untimed ones first (a larger step before them slows
