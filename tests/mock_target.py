@@ -1,5 +1,5 @@
 """A mock target: a small causal model in plain torch (no kernels, no transformers), with every
-capability of `models.target`, so that every drafter and the engine run without a native model.
+capability of `models.hf_target`, so that every drafter and the engine run without a native model.
 
 Each layer mixes a row's vector with the mean of the keys it sees (the cached positions and, in a
 tree, its ancestors), taken one row at a time in position order: a token's logits are bitwise the
@@ -12,8 +12,8 @@ from typing import Mapping, Sequence
 
 import torch
 
-from specdecode.core.tree import TokenTree
 from specdecode.core.target import hidden_each
+from specdecode.core.tree import TokenTree
 from specdecode.rope import tables
 
 

@@ -57,7 +57,7 @@ def test_native_fp32_path_matches_transformers_greedy(prompts):
     from dataclasses import replace
 
     from specdecode.models import load_model
-    from specdecode.models.target import HFTarget
+    from specdecode.models.hf_target import HFTarget
 
     native = load_model("smollm2-135m", dtype="float32")
     hf_model = replace(native, target=HFTarget(native.hf_model), backend="transformers")

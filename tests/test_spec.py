@@ -25,7 +25,7 @@ def test_a_tree_drafter_on_a_target_that_scores_chains_only_is_refused_with_the_
     import pytest
 
     from specdecode.errors import InvalidParameterError
-    from specdecode.models.target import HFTarget
+    from specdecode.models.hf_target import HFTarget
 
     model = _model(None)
     model.target = HFTarget.__new__(HFTarget)  # its class's capabilities; no weights needed

@@ -1,7 +1,7 @@
 """specdecode: lossless speculative decoding for LLMs on ordinary hardware."""
 
 from .core.engine import GenerationResult
-from .core.metrics import RunStats
+from .core.run_stats import RunStats
 from .core.sampling import SamplingParams
 from .core.sequence import GenerationConfig
 from .drafters import DRAFTERS, Draft, Drafter, option, register

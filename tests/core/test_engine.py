@@ -15,17 +15,17 @@ import pytest
 import torch
 
 from specdecode.core.cost import StepCost
+from specdecode.core.drafter import Draft, Drafter
 from specdecode.core.engine import generate, stream
 from specdecode.core.sampling import SamplingParams
 from specdecode.core.sequence import DraftLimit, GenerationConfig
-from specdecode.core.drafter import Draft, Drafter
 from specdecode.drafters.draft_model import DraftModel
 from specdecode.drafters.layerskip import LayerSkip
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
 from specdecode.errors import InvalidParameterError, PromptTooLongError
 from specdecode.models.decoder import NativeDecoder
-from specdecode.models.target import HFTarget
+from specdecode.models.hf_target import HFTarget
 
 V = 64
 PROMPT = [3, 17, 42, 5, 9, 3, 17, 42, 8, 5, 9]  # repeated n-grams give prompt lookup some hits

@@ -14,11 +14,11 @@ import torch
 from target_helpers import OnCache
 
 from specdecode.core.budget import DraftBudget
-from specdecode.models.cache import StaticKVCache
 from specdecode.core.sampling import SamplingParams
 from specdecode.drafters.draft_model import DraftModel
+from specdecode.models.cache import StaticKVCache
 from specdecode.models.decoder import NativeDecoder
-from specdecode.models.target import HFTarget
+from specdecode.models.hf_target import HFTarget
 
 V = 64
 

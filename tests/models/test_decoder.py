@@ -9,9 +9,9 @@ import torch
 import transformers
 from target_helpers import OnCache
 
-from specdecode.models.decoder import NativeDecoder, supports
 from specdecode.core.target import FeatureTarget, LayerSkipTarget
-from specdecode.models.target import HFTarget
+from specdecode.models.decoder import NativeDecoder, supports
+from specdecode.models.hf_target import HFTarget
 
 V = 64
 ATOL = 1e-4

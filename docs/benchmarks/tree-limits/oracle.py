@@ -49,7 +49,7 @@ for g, v in by.items():
 # context continuations of the path's suffixes (any n, any occurrence), and the target's top-3 after
 # the path's last token, recycled from the latest earlier position holding that token
 import torch
-from specdecode.models.target import forward
+from specdecode.core.target import forward
 target = model.target
 def topk_all(ids):
     cache = target.new_cache()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..core.constraint import Grammar
 from ..core.engine import collect
-from ..core.metrics import RunStats
+from ..core.run_stats import RunStats
 from ..core.sampling import SamplingParams
 from ..core.sequence import GenerationConfig
 from ..errors import InvalidParameterError, SpecDecodeError

@@ -1,8 +1,8 @@
 """The drafter interface the engine calls, and what a drafter returns: a `Draft`.
 
 A drafter only proposes; the verifier decides. A drafter holds weights and a policy; whatever
-changes while a request generates lives on that request's `Sequence` (`seq.drafter_state`, set up
-by `start`), so one drafter serves any number of sequences. The drafters themselves, their
+changes while a request generates lives on that request's `SequenceState` (`seq.drafter_state`,
+set up by `start`), so one drafter serves any number of sequences. The drafters themselves, their
 registry and their options live in `drafters`, above this layer.
 """
 
@@ -19,7 +19,7 @@ from .budget import DraftBudget
 from .tree import TokenTree
 
 if TYPE_CHECKING:
-    from .sequence import Sequence
+    from .sequence import SequenceState
 
 
 @dataclass
@@ -124,35 +124,35 @@ class Drafter(ABC):
         --draft-model. Default: the defaults."""
         return [{}]
 
-    def start(self, seq: "Sequence") -> None:
+    def start(self, seq: "SequenceState") -> None:
         """Set up this drafter's state for a new sequence (`seq.drafter_state`)."""
 
-    def prepare(self, seq: "Sequence") -> None:
+    def prepare(self, seq: "SequenceState") -> None:
         """Told once the sequence's prompt is in the target's cache, before its first step: a
         drafter that reads the prompt itself (a draft model's own prefill) does it here, where it
         counts as prefill, so that the first step's drafting time is drafting alone."""
 
     @abstractmethod
-    def propose(self, seq: "Sequence", budget: DraftBudget) -> Draft:
+    def propose(self, seq: "SequenceState", budget: DraftBudget) -> Draft:
         """Propose at most budget.nodes tokens, on paths of at most budget.depth, that continue
         seq.context (prompt + generated so far); with chances where the drafter can estimate them.
 
         The sequence's cache holds context[:-1] when this is called and must hold exactly that
         again when it returns (drafters that run the target roll back what they appended)."""
 
-    def observe(self, seq: "Sequence", scored: int, accepted: int) -> None:
+    def observe(self, seq: "SequenceState", scored: int, accepted: int) -> None:
         """Told after each verification: how many of the proposed nodes were scored (the first
         `scored`: the step's budget may keep fewer than proposed) and how many were accepted."""
 
-    def observe_features(self, seq: "Sequence", hidden: torch.Tensor) -> None:
+    def observe_features(self, seq: "SequenceState", hidden: torch.Tensor) -> None:
         """The target's hidden states [T, H] of the positions it just added to the sequence's
         cache, in order: the prompt after prefill, then the root and accepted path each step."""
 
-    def observe_logits(self, seq: "Sequence", tokens: list[int], logits: torch.Tensor) -> None:
+    def observe_logits(self, seq: "SequenceState", tokens: list[int], logits: torch.Tensor) -> None:
         """After each verification: `tokens` [a + 1], the root (pending) token and the accepted
         path, and `logits` [a + 1, V], the target's rows for them (each predicts the next)."""
 
-    def finish(self, seq: "Sequence") -> None:
+    def finish(self, seq: "SequenceState") -> None:
         """Told once when a sequence has finished (not when it was cancelled)."""
 
     @property

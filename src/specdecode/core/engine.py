@@ -29,13 +29,13 @@ from .constraint import allowed, renormalize
 from .cost import MEASURED_ROWS, StepCost
 from .detokenize import IncrementalText
 from .drafter import EMPTY_DRAFT, Draft, Drafter
-from .masking import constrain, masks
 from .logprobs import TokenLogprob, token_logprobs
-from .metrics import RunStats
+from .masking import constrain, masks
 from .penalties import PenaltyState
 from .prefix_cache import PrefixCache
+from .run_stats import RunStats
 from .sampling import probabilities
-from .sequence import DraftLimit, GenerationConfig, Sequence, new_generator
+from .sequence import DraftLimit, GenerationConfig, SequenceState, new_generator
 from .target import Target
 from .verify import verify_greedy, verify_sampling
 
@@ -67,8 +67,9 @@ MAX_BATCH = MEASURED_ROWS[-1]
 
 
 def admit(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
-          limit: DraftLimit | None, decode: Callable[[list[int]], str] | None = None) -> Sequence:
-    """A new sequence for `prompt`, nothing prefilled yet (`Sequence.to_prefill`)."""
+          limit: DraftLimit | None,
+          decode: Callable[[list[int]], str] | None = None) -> SequenceState:
+    """A new sequence for `prompt`, nothing prefilled yet (`SequenceState.to_prefill`)."""
     if not prompt:
         raise InvalidParameterError("the prompt is empty")
     if len(prompt) >= target.max_length:
@@ -77,7 +78,7 @@ def admit(target: Target, drafter: Drafter, prompt: Tokens[int], config: Generat
         )
     tokens = torch.empty(target.max_length, dtype=torch.long)
     tokens[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
-    seq = Sequence(tokens, len(prompt), len(prompt), target.new_cache(), config,
+    seq = SequenceState(tokens, len(prompt), len(prompt), target.new_cache(), config,
                    new_generator(config.seed, target.device), limit,
                    IncrementalText(decode, config.stop) if decode else None,
                    constraint=config.grammar.matcher() if config.grammar else None,
@@ -93,7 +94,7 @@ class _Planned:
     """One sequence's part of a step between proposing and committing."""
 
     drafter: Drafter
-    seq: Sequence
+    seq: SequenceState
     draft: Draft
     draft_seconds: float
     judged: bool  # the sequence's gate judges this step (not drafted while it paused the model)
@@ -106,16 +107,16 @@ class _Planned:
         return torch.cat([self.seq.tokens[n - 1 : n], self.draft.tree.tokens])
 
 
-def step(target: Target, drafter: Drafter, seq: Sequence,
+def step(target: Target, drafter: Drafter, seq: SequenceState,
          eos_token_ids: frozenset[int] = frozenset(), cost: StepCost | None = None) -> Chunk:
     """One target forward for `seq`: propose, score, verify, commit. Returns the step's Chunk (the
     last one, with finish_reason and stats, once the sequence is done)."""
     return step_batch(target, [(drafter, seq)], eos_token_ids, cost)[0]
 
 
-def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
+def step_batch(target: Target, work: list[tuple[Drafter, SequenceState]],
                eos_token_ids: frozenset[int] = frozenset(), cost: StepCost | None = None,
-               prefill: list[tuple[Drafter, Sequence, int]] = (),
+               prefill: list[tuple[Drafter, SequenceState, int]] = (),
                jointly: bool = True) -> list[Chunk]:
     """One target forward for several unfinished sequences, each with its own drafter: every
     sequence proposes, the step keeps the draft nodes that pay by `cost` (None: every proposed
@@ -176,7 +177,7 @@ def step_batch(target: Target, work: list[tuple[Drafter, Sequence]],
             for p, h, lg in zip(planned, hiddens, logits)]
 
 
-def _propose(target: Target, drafter: Drafter, seq: Sequence, price: float,
+def _propose(target: Target, drafter: Drafter, seq: SequenceState, price: float,
              token_seconds: float) -> tuple[Draft, bool, int]:
     """The sequence's draft for this step, whether its gate judges the step, and how many of its
     last nodes a grammar forced: while the gate pauses drafting, a drafter with drafts that cost
@@ -199,7 +200,7 @@ def _propose(target: Target, drafter: Drafter, seq: Sequence, price: float,
     return draft, judged, forced
 
 
-def _constrained(seq: Sequence, draft: Draft, budget: DraftBudget) -> tuple[Draft, int]:
+def _constrained(seq: SequenceState, draft: Draft, budget: DraftBudget) -> tuple[Draft, int]:
     """The draft under the sequence's grammar, within the step's caps: forbidden nodes cut, a
     deterministic chain extended by the span the grammar forces (`constraint.constrain`); and
     how many of its last nodes are forced."""
@@ -286,7 +287,7 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
     return chunk if seq.finish_reason is None else _finish(drafter, seq, chunk)
 
 
-def _finish(drafter: Drafter, seq: Sequence, last: Chunk) -> Chunk:
+def _finish(drafter: Drafter, seq: SequenceState, last: Chunk) -> Chunk:
     """The sequence's last chunk: its text flushed, its finish reason and stats."""
     drafter.finish(seq)
     last.text += seq.text.flush() if seq.text else ""
@@ -324,7 +325,7 @@ class Request:
 @dataclass
 class _Entry:
     drafter: Drafter
-    seq: Sequence
+    seq: SequenceState
     joined: float  # perf_counter when it joined
 
 
@@ -359,14 +360,15 @@ class Batch:
         self.eos_token_ids, self.decode, self.prefill_rows = eos_token_ids, decode, prefill_rows
         self.prefilling: list[_Entry] = []  # in join order: the first gets its chunk first
         self.decoding: list[_Entry] = []
-        self.scored: list[tuple[Sequence, Chunk]] = []  # asked no new tokens: done once prefilled
+        # asked no new tokens: done once prefilled
+        self.scored: list[tuple[SequenceState, Chunk]] = []
         self.forks: dict[int, list[_Entry]] = {}  # id(sequence) -> those waiting for its prompt
         self.last_step = StepReport()
 
     def __len__(self) -> int:
         return len(self.prefilling) + len(self.decoding) + len(self.scored)
 
-    def join(self, request: Request) -> Sequence:
+    def join(self, request: Request) -> SequenceState:
         """Admit a request (raises SpecDecodeError for a bad prompt); it starts decoding once its
         prompt is in its cache."""
         limit = None if self.speculation == "off" else request.limit
@@ -386,7 +388,7 @@ class Batch:
             self._prefilled(entry)
         return seq
 
-    def fork(self, seq: Sequence, request: Request) -> Sequence:
+    def fork(self, seq: SequenceState, request: Request) -> SequenceState:
         """Admit `request`, whose prompt is `seq`'s (another choice of one request), to share
         seq's prefill: it takes a copy of seq's cache once seq's prompt is in it (one prefill for
         all) and decodes from then on. Call before seq's prefill is done."""
@@ -427,14 +429,14 @@ class Batch:
         seq.stats.prefill_seconds = time.perf_counter() - entry.joined
         self.decoding.append(entry)
 
-    def leave(self, seq: Sequence) -> None:
+    def leave(self, seq: SequenceState) -> None:
         """Drop `seq` (and the forks still waiting for its prompt)."""
         self.forks.pop(id(seq), None)
         self.prefilling = [e for e in self.prefilling if e.seq is not seq]
         self.decoding = [e for e in self.decoding if e.seq is not seq]
         self.scored = [(s, chunk) for s, chunk in self.scored if s is not seq]
 
-    def step(self) -> list[tuple[Sequence, Chunk]]:
+    def step(self) -> list[tuple[SequenceState, Chunk]]:
         """One forward: the next prompt chunks and every decoding sequence's rows; returns
         (sequence, its chunk) for each decoding sequence, in join order, after those of the
         sequences that asked no new tokens and are done."""
@@ -474,7 +476,8 @@ class Batch:
 
 
 def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
-          limit: DraftLimit | None, decode: Callable[[list[int]], str] | None = None) -> Sequence:
+          limit: DraftLimit | None,
+          decode: Callable[[list[int]], str] | None = None) -> SequenceState:
     """A new sequence for `prompt`, its prompt prefilled (all but the pending last token) and its
     drafter prepared, ready for `step`."""
     batch = Batch(target, decode=decode)

@@ -18,8 +18,8 @@ from .budget import MAX_DRAFT_NODES, DraftBudget, DraftGate
 from .constraint import Constraint, Grammar
 from .detokenize import IncrementalText
 from .logprobs import MAX_TOP_LOGPROBS, TokenLogprob
-from .metrics import RunStats
 from .penalties import Penalties, PenaltyState
+from .run_stats import RunStats
 from .sampling import SamplingParams
 
 
@@ -85,7 +85,7 @@ class DraftLimit:
 
 
 @dataclass
-class Sequence:
+class SequenceState:
     tokens: torch.Tensor  # [max_length] int64 (CPU): the prompt, then the generated tokens
     length: int  # valid tokens in `tokens`; between steps the cache holds tokens[:length - 1]
     prompt_length: int
@@ -103,7 +103,7 @@ class Sequence:
     # when the config asks; handed out with the sequence's first chunk
     prompt_logprobs: list[TokenLogprob | None] | None = None
     # sequences of the same prompt waiting for this one's prefill to copy its cache (`Batch.fork`)
-    forks: list["Sequence"] = field(default_factory=list)
+    forks: list["SequenceState"] = field(default_factory=list)
 
     @property
     def context(self) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """The Target protocol and its capabilities: what the engine, the verifier and the drafters may
-ask of a model (the models implement it: `models.decoder`, `models.target.HFTarget`).
+ask of a model (the models implement it: `models.decoder`, `models.hf_target.HFTarget`).
 
 A target is the model whose output is the truth. It holds weights only: each request has its own
 KV cache (`new_cache()`), which the target's scoring functions append to, so several requests

@@ -36,11 +36,11 @@ from ..core.target import Target
 from ..errors import InvalidParameterError, ModelLoadError
 from ..storage import cache_dir
 from . import decoder, families
+from .fim import SPELLINGS, FimTokens, fim_prompt
 from .gguf_check import GGUFHeader, check_gguf
 from .gguf_config import transformers_config
+from .hf_target import HFTarget
 from .parts import PARTED, assembled
-from .target import HFTarget
-from .fim import SPELLINGS, FimTokens, fim_prompt
 from .token_bytes import token_bytes
 
 DEFAULT_MODEL = "smollm2-135m"

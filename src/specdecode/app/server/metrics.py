@@ -23,7 +23,7 @@ from prometheus_client import (
 )
 
 from ...core.engine import StepReport
-from ...core.metrics import RunStats
+from ...core.run_stats import RunStats
 
 ENDPOINTS = frozenset({"/v1/models", "/v1/completions", "/v1/chat/completions", "/health",
                        "/metrics"})

@@ -11,7 +11,7 @@ import time
 import uuid
 
 from ...core.budget import DraftBudget
-from ...core.metrics import RunStats
+from ...core.run_stats import RunStats
 from ...pipeline import SpecDecoder
 
 DONE = "data: [DONE]\n\n"

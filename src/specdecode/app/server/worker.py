@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterable
 from ...core.budget import DraftBudget
 from ...core.constraint import Grammar
 from ...core.engine import Batch, Chunk, Speculation
-from ...core.metrics import RunStats
 from ...core.prefix_cache import PrefixCache
-from ...core.sequence import Sequence
+from ...core.run_stats import RunStats
+from ...core.sequence import SequenceState
 from ...errors import KernelError, SpecDecodeError
 from ...models import LoadedModel
 from ...models.timing import step_cost
@@ -162,7 +162,7 @@ class EngineWorker:
         self.max_batch, self.speculation = max_batch, speculation
         self._jobs: queue.Queue[Job] = queue.Queue(max_queue)
         # id(sequence) -> its job, itself and its choice index in the job
-        self._running: dict[int, tuple[Job, Sequence, int]] = {}
+        self._running: dict[int, tuple[Job, SequenceState, int]] = {}
         self._held: Job | None = None  # the next job, waiting for room for all its choices
         self._accepting = True
         self._stop = threading.Event()
@@ -257,7 +257,7 @@ class EngineWorker:
             if len(batch) and len(batch) + job.choices > self.max_batch:
                 self._held = job
                 return
-            seqs: list[Sequence] = []
+            seqs: list[SequenceState] = []
             try:
                 self._join(batch, job, seqs)
             except Exception as exc:
@@ -269,7 +269,7 @@ class EngineWorker:
                     exc = InternalError("internal error while generating; see the server log")
                 job.send(exc)
 
-    def _join(self, batch: Batch, job: Job, seqs: list[Sequence]) -> None:
+    def _join(self, batch: Batch, job: Job, seqs: list[SequenceState]) -> None:
         """Join the job's choices to the batch (appending them to `seqs`): per prompt, the
         first reads it and the others share that prefill (`Batch.fork`); choice i of a prompt is
         seeded with seed + i."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdecode.core.metrics import RunStats
+from specdecode.core.run_stats import RunStats
 
 # (drafted, accepted, draft_forwards): each step also emits one recovered-or-bonus token
 STEPS = [(4, 4, 4), (4, 2, 4), (3, 0, 3), (0, 0, 0), (4, 1, 4)]
