@@ -61,12 +61,8 @@ struct linear_job {
 #define PANELS(ROWS, NB) case NB: \
     if (NB <= PANELS_FOR(ROWS)) tile(ROWS, NB, f, xr, job->w, yr, I, O, p); \
     break;
-/* the switch below has cases for tiles of up to 8 rows and 4 panels */
-_Static_assert(ROWS_PER_TILE <= 8 && MAX_PANELS <= 4, "add cases to linear_share");
-#define ROWS(R) case R: \
-    if (R <= ROWS_PER_TILE) \
-        switch (nb) { PANELS(R, 1) PANELS(R, 2) PANELS(R, 3) PANELS(R, 4) } \
-    break;
+_Static_assert(ROWS_PER_TILE <= 8 && MAX_PANELS <= 4, "add cases to TILE_ROWS and linear_share");
+#define ROWS(R) TILE_ROWS(R, ROWS_PER_TILE)
 
 /* this thread's share of the output panels, for every row of x */
 ALWAYS_INLINE void linear_share(const struct linear_job *job, int thread, int threads,

@@ -20,6 +20,12 @@
 #include "simd.h"
 #include "threads.h"
 
+/* rows of x a stream (below) takes at a time */
+#define STREAM_ROWS 64
+#ifndef QSTREAM_PANELS /* panels a stream unpacks at a time (an instruction set may set fewer) */
+#define QSTREAM_PANELS QMAX_PANELS
+#endif
+
 static const char *const FORMAT_NAMES[FORMATS] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
                                                   "Q4_K", "Q5_K", "Q6_K", "Q3_K"};
 
@@ -34,28 +40,6 @@ static void quantize_task(void *context, int thread, int threads) {
     long long begin, end;
     share(job->count, thread, threads, &begin, &end);
     for (long long r = begin; r < end; r++) quantize_block(job->x + r * BLOCK, job->out + r);
-}
-
-/* the headers of the current super-block of a run of panels, and their fp32 factors */
-struct supers {
-    const uint8_t *headers[QMAX_PANELS];
-    vf d[QMAX_PANELS], m[QMAX_PANELS];
-};
-
-/* The scales and quants of block b of panels p..p+nb-1: D (per half block), w0, and where its
- * packed quants start. `at` holds the block's super-block, read at its first block (b in order) */
-ALWAYS_INLINE void panel_blocks(const int f, const int nb, const uint8_t *w, int64_t supers,
-                                int64_t p, int64_t b, struct supers *at, vf D[][2], vf w0[],
-                                const uint8_t *quants[]) {
-    const int64_t j = b % blocks_per_super(f);
-    for (int n = 0; n < nb; n++) {
-        if (j == 0) {
-            at->headers[n] = w + ((p + n) * supers + b / blocks_per_super(f)) * super_bytes(f);
-            super_scales(f, at->headers[n], &at->d[n], &at->m[n]);
-        }
-        scales_of(f, at->headers[n], j, at->d[n], at->m[n], D[n], &w0[n]);
-        quants[n] = at->headers[n] + VL * header_bytes(f) + j * VL * payload_bytes(f);
-    }
 }
 
 /* where the integer sum of half h (lo, hi) of a row's block starts: minus the format's offset
@@ -84,6 +68,43 @@ ALWAYS_INLINE void prefetch_share(const int f, const int nb, const uint8_t *next
     const int64_t share = nb * super_bytes(f) / blocks_per_super(f), start = b * share;
     for (int64_t byte = 0; byte < share; byte += 64)
         if (start + byte < ahead) __builtin_prefetch(next + start + byte, 0, 2);
+}
+
+/* A pass over the blocks of panels p..p+nb-1, in order: `pass_next` moves to the next block (b),
+ * asks for its share of the `ahead` bytes of weights at `next` (see tile), and reads its scales (D
+ * per half block, w0) and where its packed quants start; a super-block's headers and fp32 factors
+ * are read at its first block. */
+struct pass {
+    const uint8_t *w, *next;
+    int64_t p, ahead, blocks, supers, b;
+    const uint8_t *headers[QMAX_PANELS];
+    vf d[QMAX_PANELS], m[QMAX_PANELS];
+    vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
+    const uint8_t *quants[QMAX_PANELS];
+};
+
+ALWAYS_INLINE struct pass pass_over(const int f, const uint8_t *w, int64_t I, int64_t p,
+                                    const uint8_t *next, int64_t ahead) {
+    struct pass s = {.w = w, .next = next, .p = p, .ahead = ahead, .blocks = I / BLOCK, .b = -1};
+    s.supers = s.blocks / blocks_per_super(f);
+    return s;
+}
+
+/* 0 past the last block */
+ALWAYS_INLINE int pass_next(const int f, const int nb, struct pass *s) {
+    const int64_t b = ++s->b, j = b % blocks_per_super(f);
+    if (b >= s->blocks) return 0;
+    prefetch_share(f, nb, s->next, s->ahead, b);
+    for (int n = 0; n < nb; n++) {
+        if (j == 0) {
+            s->headers[n] =
+                s->w + ((s->p + n) * s->supers + b / blocks_per_super(f)) * super_bytes(f);
+            super_scales(f, s->headers[n], &s->d[n], &s->m[n]);
+        }
+        scales_of(f, s->headers[n], j, s->d[n], s->m[n], s->D[n], &s->w0[n]);
+        s->quants[n] = s->headers[n] + VL * header_bytes(f) + j * VL * payload_bytes(f);
+    }
+    return 1;
 }
 
 /* a tile's fp32 sums: zeroed, and stored to rows 0..rows-1 of y (the panels' lanes that exist) */
@@ -143,51 +164,45 @@ ALWAYS_INLINE void tile_sums16(const int f, const int rows, const int nb, const 
  * own weights and x, and the tile then waits on both (BENCHMARKS.md, issue 28: streamed Q4_K at
  * 4 / 8 / 16 rows 25-35% faster). */
 ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct xblock *x,
-                        const uint8_t *w, float *y, int64_t I, int64_t O, int64_t p,
-                        const uint8_t *next, int64_t ahead) {
-    const int64_t blocks = I / BLOCK, supers = blocks / blocks_per_super(f);
+                        float *y, int64_t O, struct pass s) {
     vf acc[QROWS_PER_TILE][QMAX_PANELS];
     zero_sums(acc, rows, nb);
-    struct supers at = {0}; /* filled at block 0 */
-    for (int64_t b = 0; b < blocks; b++) {
-        prefetch_share(f, nb, next, ahead, b);
-        vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
-        const uint8_t *quants[QMAX_PANELS];
-        panel_blocks(f, nb, w, supers, p, b, &at, D, w0, quants);
+    while (pass_next(f, nb, &s)) {
         /* both halves' sums in one pass over the quants: each group is unpacked once; lo and
          * hi in separate sums (two dependency chains of 4 dot products, not one of 8), added
          * exactly where the format has one scale per block */
         vi isum[2][QROWS_PER_TILE][QMAX_PANELS];
         for (int h = 0; h < 2; h++)
             for (int t = 0; t < rows; t++)
-                for (int n = 0; n < nb; n++) isum[h][t][n] = sum_start(f, &x[t * blocks + b], h);
+                for (int n = 0; n < nb; n++)
+                    isum[h][t][n] = sum_start(f, &x[t * s.blocks + s.b], h);
 #ifdef VDOT_PAIRS16
         if (bits(f) <= 6)
-            tile_sums16(f, rows, nb, x, blocks, b, quants, isum);
+            tile_sums16(f, rows, nb, x, s.blocks, s.b, s.quants, isum);
         else
 #endif
             for (int g = 0; g < 4; g++)
                 for (int n = 0; n < nb; n++) {
                     vi lo, hi;
-                    group(f, quants[n], g, &lo, &hi);
+                    group(f, s.quants[n], g, &lo, &hi);
                     for (int t = 0; t < rows; t++) {
-                        const int8_t *q = x[t * blocks + b].q;
+                        const int8_t *q = x[t * s.blocks + s.b].q;
                         isum[0][t][n] = dot(f, isum[0][t][n], lo, vbroadcast4(q + 4 * g));
                         isum[1][t][n] = dot(f, isum[1][t][n], hi, vbroadcast4(q + 16 + 4 * g));
                     }
                 }
         for (int t = 0; t < rows; t++)
             for (int n = 0; n < nb; n++) {
-                const struct xblock *xb = &x[t * blocks + b];
+                const struct xblock *xb = &x[t * s.blocks + s.b];
                 if (halves(f) == 1)
                     acc[t][n] = scaled(f, acc[t][n], viadd(isum[0][t][n], isum[1][t][n]),
-                                       D[n][0], w0[n], xb);
+                                       s.D[n][0], s.w0[n], xb);
                 else
                     for (int h = 0; h < 2; h++)
-                        acc[t][n] = scaled(f, acc[t][n], isum[h][t][n], D[n][h], w0[n], xb);
+                        acc[t][n] = scaled(f, acc[t][n], isum[h][t][n], s.D[n][h], s.w0[n], xb);
             }
     }
-    store_sums(acc, rows, nb, y, O, p);
+    store_sums(acc, rows, nb, y, O, s.p);
 }
 
 /* rows 0..rows-1 (up to STREAM_ROWS, any number) of x against panels p..p+nb-1, for calls of
@@ -195,27 +210,16 @@ ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct 
  * unpacks it again for every QROWS_PER_TILE rows, and its unpacking and scales cost about as
  * much as its dot products), and the rows' fp32 sums wait in L1 between blocks. A row gets the
  * same operations in the same order as in a tile: bitwise the same result. */
-#define STREAM_ROWS 64
-#ifndef QSTREAM_PANELS /* panels a stream unpacks at a time (an instruction set may set fewer) */
-#define QSTREAM_PANELS QMAX_PANELS
-#endif
 ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struct xblock *x,
-                          const uint8_t *w, float *y, int64_t I, int64_t O, int64_t p,
-                          const uint8_t *next, int64_t ahead) {
-    const int64_t blocks = I / BLOCK, supers = blocks / blocks_per_super(f);
+                          float *y, int64_t O, struct pass s) {
     vf acc[STREAM_ROWS][QMAX_PANELS];
     zero_sums(acc, rows, nb);
-    struct supers at = {0}; /* filled at block 0 */
-    for (int64_t b = 0; b < blocks; b++) {
-        prefetch_share(f, nb, next, ahead, b);
-        vf D[QMAX_PANELS][2], w0[QMAX_PANELS];
-        const uint8_t *quants[QMAX_PANELS];
-        panel_blocks(f, nb, w, supers, p, b, &at, D, w0, quants);
+    while (pass_next(f, nb, &s)) {
         vi lo[QMAX_PANELS][4], hi[QMAX_PANELS][4];
         for (int n = 0; n < nb; n++)
-            for (int g = 0; g < 4; g++) group(f, quants[n], g, &lo[n][g], &hi[n][g]);
+            for (int g = 0; g < 4; g++) group(f, s.quants[n], g, &lo[n][g], &hi[n][g]);
         for (int t = 0; t < rows; t++) {
-            const struct xblock *xb = &x[t * blocks + b];
+            const struct xblock *xb = &x[t * s.blocks + s.b];
             const vi start[2] = {sum_start(f, xb, 0), sum_start(f, xb, 1)}; /* every panel's */
             for (int n = 0; n < nb; n++) {
                 /* lo and hi in separate sums (one per half where the format has two scales):
@@ -224,14 +228,15 @@ ALWAYS_INLINE void stream(const int f, const int nb, const int rows, const struc
                 const vi isum[2] = {dots(f, start[0], lo[n], xb->q),
                                     dots(f, start[1], hi[n], xb->q + 16)};
                 if (halves(f) == 1)
-                    acc[t][n] = scaled(f, acc[t][n], viadd(isum[0], isum[1]), D[n][0], w0[n], xb);
+                    acc[t][n] =
+                        scaled(f, acc[t][n], viadd(isum[0], isum[1]), s.D[n][0], s.w0[n], xb);
                 else
                     for (int h = 0; h < 2; h++)
-                        acc[t][n] = scaled(f, acc[t][n], isum[h], D[n][h], w0[n], xb);
+                        acc[t][n] = scaled(f, acc[t][n], isum[h], s.D[n][h], s.w0[n], xb);
             }
         }
     }
-    store_sums(acc, rows, nb, y, O, p);
+    store_sums(acc, rows, nb, y, O, s.p);
 }
 
 struct qlinear_job {
@@ -244,16 +249,13 @@ struct qlinear_job {
 /* `rows` rows against `nb` panels, both constants; nb <= QPANELS_FOR(rows) as in linear.c */
 #define PANELS(ROWS, NB) case NB: \
     if (NB <= QMAX_PANELS && NB <= QPANELS_FOR(ROWS)) \
-        tile(f, ROWS, NB, xr, job->w, yr, I, O, p, next, ahead); \
+        tile(f, ROWS, NB, xr, yr, O, pass_over(f, job->w, I, p, next, ahead)); \
     break;
-/* the switch below has cases for tiles of up to 8 rows and 4 panels */
-_Static_assert(QROWS_PER_TILE <= 8 && QMAX_PANELS <= 4, "add cases to qlinear_share");
-#define ROWS(R) case R: \
-    if (R <= QROWS_PER_TILE) \
-        switch (nb) { PANELS(R, 1) PANELS(R, 2) PANELS(R, 3) PANELS(R, 4) } \
-    break;
+_Static_assert(QROWS_PER_TILE <= 8 && QMAX_PANELS <= 4, "add cases to TILE_ROWS and qlinear_share");
+#define ROWS(R) TILE_ROWS(R, QROWS_PER_TILE)
 #define STREAMED(NB) case NB: \
-    if (NB <= QSTREAM_PANELS) stream(f, NB, n, xr, job->w, yr, I, O, p, next, ahead); \
+    if (NB <= QSTREAM_PANELS) \
+        stream(f, NB, n, xr, yr, O, pass_over(f, job->w, I, p, next, ahead)); \
     break;
 
 /* this thread's share of the output panels, for every row of x */

@@ -61,6 +61,14 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
+/* A case of the tile switches of linear.c and qlinear.c (`switch (rows) { TILE_ROWS(1, MAX) ..
+ * TILE_ROWS(8, MAX) }`): tiles of R rows, up to MAX, each switching on the panels `nb` to its
+ * file's PANELS(R, 1..4); so each file asserts tiles of at most 8 rows and 4 panels. */
+#define TILE_ROWS(R, MAX) case R: \
+    if (R <= (MAX)) \
+        switch (nb) { PANELS(R, 1) PANELS(R, 2) PANELS(R, 3) PANELS(R, 4) } \
+    break;
+
 #ifdef VEC /* instruction sets whose element-wise intrinsics are named alike: VEC(add) is
               _mm512_add_ps, _mm256_add_ps or vaddq_f32 (the portable set defines its own) */
 static inline vf vadd(vf a, vf b) { return VEC(add)(a, b); }

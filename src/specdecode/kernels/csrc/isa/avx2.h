@@ -57,11 +57,7 @@ static inline vf vsums(const vf a[VL]) {
     for (int i = 0; i < 4; i++)
         b[i] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x20),
                              _mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x31));
-    const __m256 c0 = _mm256_add_ps(_mm256_shuffle_ps(b[0], b[1], 0x44),
-                                    _mm256_shuffle_ps(b[0], b[1], 0xEE));
-    const __m256 c1 = _mm256_add_ps(_mm256_shuffle_ps(b[2], b[3], 0x44),
-                                    _mm256_shuffle_ps(b[2], b[3], 0xEE));
-    const __m256 e = _mm256_add_ps(_mm256_shuffle_ps(c0, c1, 0x88), _mm256_shuffle_ps(c0, c1, 0xDD));
+    const __m256 e = quarter_sums(b[0], b[1], b[2], b[3]);
     /* e holds the sum of a[2 m + h] at 4 h + m */
     return _mm256_permutevar8x32_ps(e, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }

@@ -64,11 +64,7 @@ static inline vf vsums(const vf a[VL]) {
     for (int i = 0; i < 4; i++)
         c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
                              _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
-    const __m512 d0 = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x44),
-                                    _mm512_shuffle_ps(c[0], c[1], 0xEE));
-    const __m512 d1 = _mm512_add_ps(_mm512_shuffle_ps(c[2], c[3], 0x44),
-                                    _mm512_shuffle_ps(c[2], c[3], 0xEE));
-    const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d0, d1, 0x88), _mm512_shuffle_ps(d0, d1, 0xDD));
+    const __m512 e = quarter_sums(c[0], c[1], c[2], c[3]);
     /* e holds the sum of a[4 m + l] at 4 l + m */
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7,
                                                    11, 15), e);

@@ -25,6 +25,14 @@ static inline vf vload_u8(const uint8_t *p) {
     return X86(cvtepi32_ps)(X86(cvtepu8_epi32)(BYTE_LOAD(p)));
 }
 
+/* the two rounds of adding halves that `vsums` ends with on both widths, within each 128-bit
+ * quarter: lane 4 q + m of the result holds the sum of b_m's four lanes in quarter q */
+static inline vf quarter_sums(vf b0, vf b1, vf b2, vf b3) {
+    const vf c0 = VEC(add)(VEC(shuffle)(b0, b1, 0x44), VEC(shuffle)(b0, b1, 0xEE));
+    const vf c1 = VEC(add)(VEC(shuffle)(b2, b3, 0x44), VEC(shuffle)(b2, b3, 0xEE));
+    return VEC(add)(VEC(shuffle)(c0, c1, 0x88), VEC(shuffle)(c0, c1, 0xDD));
+}
+
 /* integers (qlinear.c) */
 static inline vi viload(const uint8_t *p) { return SI(loadu)((const void *)p); }
 static inline vi vbytes(uint8_t c) { return X86(set1_epi8)((char)c); }
