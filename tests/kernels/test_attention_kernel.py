@@ -2,6 +2,8 @@
 and attention against torch, tree masks, and a row's result bitwise independent of the rows that
 share its call."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -203,3 +205,23 @@ def test_an_fp16_cache_holds_each_value_rounded_to_nearest_even_as_torch_rounds_
     attend(kernel_path, qkv, keys, values, cos, sin, torch.arange(T), None, 0)
     written = values[:, :T].transpose(0, 1).reshape(-1)[: numbers.numel()]
     assert torch.equal(written.view(torch.int16), numbers.half().view(torch.int16))
+
+
+@pytest.mark.parametrize("heads", [12, 14, 16])
+def test_a_kv_group_of_six_to_eight_heads_equals_sdpa_and_a_row_alone(kernel_path, kv, heads,
+                                                                      monkeypatch):
+    """Groups of 6, 7 and 8 query heads (Qwen2.5-Coder-1.5B's 12 heads over 2 KV heads, the
+    0.5B's 14): paths weigh their values in one pass of up to 8 heads, 2 vectors each."""
+    monkeypatch.setattr(sys.modules[__name__], "H", heads)
+    T, start = 9, 20
+    qkv, keys, values, cos, sin = _case(T, seed=heads, kv=kv)
+    positions = torch.arange(start, start + T)
+    want, _, _ = _reference(qkv, keys, values, cos, sin, positions, None, start)
+    got = attend(kernel_path, qkv.clone(), keys.clone(), values.clone(), cos, sin, positions, None,
+                 start)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    k, v = keys.clone(), values.clone()
+    attend(kernel_path, qkv[: T - 1].clone(), k, v, cos, sin, positions[: T - 1], None, start)
+    alone = attend(kernel_path, qkv[T - 1 :].clone(), k, v, cos, sin, positions[T - 1 :], None,
+                   start + T - 1)
+    assert torch.equal(alone[0], got[T - 1])

@@ -153,9 +153,14 @@ ALWAYS_INLINE void attend(const int F16, const int NR, const float *q, const voi
         }
         norm[r] = vset1(1.0f / vsum(total));
     }
-    for (int64_t i = 0; i < d; i += d % (4 * VL) ? VL : 4 * VL) {
-        if (d % (4 * VL)) weigh_values(F16, NR, VL, scores, stride, values, seen, n, d, i, norm, out);
-        else weigh_values(F16, NR, 4 * VL, scores, stride, values, seen, n, d, i, norm, out);
+    /* values VL x WIDTH at a time: 4 vectors per head for up to 4 heads, 2 for more (their
+       accumulators fit the registers) */
+    const int WIDTH = (NR <= 4 ? 4 : 2) * VL;
+    for (int64_t i = 0; i < d; i += d % WIDTH ? VL : WIDTH) {
+        if (d % WIDTH) weigh_values(F16, NR, VL, scores, stride, values, seen, n, d, i, norm, out);
+        else if (NR <= 4)
+            weigh_values(F16, NR, 4 * VL, scores, stride, values, seen, n, d, i, norm, out);
+        else weigh_values(F16, NR, 2 * VL, scores, stride, values, seen, n, d, i, norm, out);
     }
 }
 
@@ -224,8 +229,8 @@ ALWAYS_INLINE void attention_share(const int F16, struct attention_job *job, int
         const void *values = (const char *)job->values[t] + bytes;
         const int64_t *seen = job->seen + job->first[t];
         float *out = job->out + (t * H + h) * d;
-        _Static_assert(ATTENTION_HEADS <= 4, "add cases below");
-        switch (nr) { HEADS(1) HEADS(2) HEADS(3) HEADS(4) }
+        _Static_assert(ATTENTION_HEADS <= 8, "add cases below");
+        switch (nr) { HEADS(1) HEADS(2) HEADS(3) HEADS(4) HEADS(5) HEADS(6) HEADS(7) HEADS(8) }
         th += nr;
     }
     free(scores);

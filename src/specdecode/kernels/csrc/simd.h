@@ -20,7 +20,7 @@
  *   ROWS_PER_TILE, MAX_PANELS, PANELS_FOR(rows)
  *                        the linear kernel's tile: rows of x times panels held in registers
  *   QROWS_PER_TILE, QMAX_PANELS, QPANELS_FOR(rows)   the same for the block formats
- *   ATTENTION_HEADS      query heads of a KV group attention.c weighs values for together (<= 4)
+ *   ATTENTION_HEADS      query heads of a KV group attention.c weighs values for together (<= 8)
  *   SCORE_HEADS, SCORE_KEYS   query heads it scores together, and keys at a time (a divisor of VL)
  *
  * and, for the block formats' integer arithmetic, vi: VL 32-bit lanes, each of 4 bytes:

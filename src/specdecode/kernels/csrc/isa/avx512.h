@@ -36,8 +36,10 @@
 #define QPANELS_FOR(rows) 2
 #endif
 #define QMAX_PANELS 2
-/* query heads of one KV group whose values attention.c weighs together (their value accumulators fit) */
-#define ATTENTION_HEADS 4
+/* query heads of one KV group whose values attention.c weighs together (their value accumulators
+ * fit: 8 heads x 2 vectors; a 1.5B's group of 6 heads together rather than 4 + 2, 1.2-1.4x on its
+ * 64-row chunks' attention behind 2,000-8,000 cached tokens: BENCHMARKS.md) */
+#define ATTENTION_HEADS 8
 /* query heads of a KV group attention.c scores together, and keys at a time:
  * 3 heads x 8 keys of accumulators, their queries and a key: 28 of the 32 registers */
 #define SCORE_HEADS 3
