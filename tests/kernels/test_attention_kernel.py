@@ -225,3 +225,25 @@ def test_a_kv_group_of_six_to_eight_heads_equals_sdpa_and_a_row_alone(kernel_pat
     alone = attend(kernel_path, qkv[T - 1 :].clone(), k, v, cos, sin, positions[T - 1 :], None,
                    start + T - 1)
     assert torch.equal(alone[0], got[T - 1])
+
+
+def test_rows_behind_more_keys_than_one_block_each_equal_sdpa_and_themselves_alone(kernel_path,
+                                                                                   kv, monkeypatch):
+    """12 rows (a block of 8 and one of 4) behind 600 cached keys: the blocks take their keys 256
+    at a time (a row's sums carried from one part to the next), and each row still gets what it
+    gets alone and what sdpa gives."""
+    monkeypatch.setattr(sys.modules[__name__], "CAPACITY", 640)
+    T, start = 12, 600
+    qkv, keys, values, cos, sin = _case(T, seed=7, kv=kv)
+    positions = torch.arange(start, start + T)
+    want, _, _ = _reference(qkv, keys, values, cos, sin, positions, None, start)
+    got = attend(kernel_path, qkv.clone(), keys.clone(), values.clone(), cos, sin, positions, None,
+                 start)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for t in (0, 7, 8, T - 1):
+        k, v = keys.clone(), values.clone()
+        if t:
+            attend(kernel_path, qkv[:t].clone(), k, v, cos, sin, positions[:t], None, start)
+        alone = attend(kernel_path, qkv[t : t + 1].clone(), k, v, cos, sin, positions[t : t + 1],
+                       None, start + t)
+        assert torch.equal(alone[0], got[t])

@@ -97,46 +97,35 @@ ALWAYS_INLINE void score_keys(const int F16, const int NR, const float *q, const
     for (int r = 0; r < NR; r++) vstore(scores + r * stride + from, vmul(vsums(sums[r]), scale));
 }
 
-/* out_r[i..i+WIDTH) = sum over j of p_r[j] values[seen[j]][i..i+WIDTH) for NR heads r (p_r =
- * p + r * stride, out_r = out + r * d) that share the values: each value vector is read once for
- * all of them; every head's sum runs in order of j in its own accumulators */
+/* acc_r[i..i+WIDTH) += p_r[j] values[seen[j]][i..i+WIDTH) for j in [j0, j1), in order of j, for NR
+ * heads r (p_r = p + r * stride, acc_r = acc + r * d: their sums so far, zero where `first`) that
+ * share the values: each value vector is read once for all of them, every head's sum in its own
+ * registers between a load and a store of acc */
 ALWAYS_INLINE void weigh_values(const int F16, const int NR, const int WIDTH, const float *p,
-                                int64_t stride, const void *values, const int64_t *seen, int64_t n,
-                                int64_t d, int64_t i, const vf norm[], float *out) {
-    vf acc[ATTENTION_HEADS][4];
+                                int64_t stride, const void *values, const int64_t *seen, int64_t j0,
+                                int64_t j1, int64_t d, int64_t i, int first, float *acc) {
+    vf sums[ATTENTION_HEADS][4];
     for (int r = 0; r < NR; r++)
-        for (int b = 0; b < WIDTH / VL; b++) acc[r][b] = vzero();
-    for (int64_t j = 0; j < n; j++) {
+        for (int b = 0; b < WIDTH / VL; b++)
+            sums[r][b] = first ? vzero() : vload(acc + r * d + i + b * VL);
+    for (int64_t j = j0; j < j1; j++) {
         const int64_t v = seen[j] * d + i;
-        if (j + AHEAD < n) kv_prefetch(F16, values, seen[j + AHEAD] * d + i, WIDTH);
+        if (j + AHEAD < j1) kv_prefetch(F16, values, seen[j + AHEAD] * d + i, WIDTH);
         vf pj[ATTENTION_HEADS];
         for (int r = 0; r < NR; r++) pj[r] = vset1(p[r * stride + j]);
         for (int b = 0; b < WIDTH / VL; b++) {
             const vf value = kv_load(F16, values, v + b * VL);
-            for (int r = 0; r < NR; r++) acc[r][b] = vfma(pj[r], value, acc[r][b]);
+            for (int r = 0; r < NR; r++) sums[r][b] = vfma(pj[r], value, sums[r][b]);
         }
     }
     for (int r = 0; r < NR; r++)
-        for (int b = 0; b < WIDTH / VL; b++)
-            vstore(out + r * d + i + b * VL, vmul(acc[r][b], norm[r]));
+        for (int b = 0; b < WIDTH / VL; b++) vstore(acc + r * d + i + b * VL, sums[r][b]);
 }
 
-/* softmax(q_r · keys[seen[j]] · score_scale over j < n) · values -> out_r for NR consecutive heads
- * of one row that share a KV group (q_r = q + r d, out_r = out + r d): the keys and values are read
- * once for all of them, and each head computes what it computes alone. seen: n indices padded to
- * a multiple of VL (with valid ones); scores: NR x stride, stride >= n rounded up to VL. */
-ALWAYS_INLINE void attend(const int F16, const int NR, const float *q, const void *keys,
-                          const void *values, const int64_t *seen, int64_t n, int64_t d,
-                          float score_scale, float *scores, int64_t stride, float *out) {
-    const vf scale = vset1(score_scale);
-    for (int64_t j = 0; j < n; j += VL) { /* a block of keys, in cache, for every head */
-        for (int64_t k = j + AHEAD; k < j + AHEAD + VL && k < n; k++)
-            kv_prefetch(F16, keys, seen[k] * d, d);
-        for (int r = 0; r < NR; r += SCORE_HEADS)
-            score_keys(F16, NR - r < SCORE_HEADS ? NR - r : SCORE_HEADS, q + r * d, keys, seen, j,
-                       d, scale, scores + r * stride, stride);
-    }
-    vf norm[ATTENTION_HEADS];
+/* the scores s_j of NR heads (scores + r * stride, j < n; padded to a multiple of VL) replaced by
+ * e^(s_j - max) (the padding by 0), and norm[r] = 1 / their sum */
+ALWAYS_INLINE void softmax_heads(const int NR, float *scores, int64_t stride, int64_t n,
+                                 vf norm[]) {
     for (int r = 0; r < NR; r++) {
         float *sr = scores + r * stride;
         for (int64_t j = n; j % VL; j++) sr[j] = -INFINITY; /* the padding: e^-inf = 0 */
@@ -153,15 +142,65 @@ ALWAYS_INLINE void attend(const int F16, const int NR, const float *q, const voi
         }
         norm[r] = vset1(1.0f / vsum(total));
     }
+}
+
+/* keys a block of rows takes in turn, each row all of its part of them: 256 keys' values of 128
+ * fp16 numbers are 64 KB, in L2 while every row weighs them */
+#define KEY_BLOCK 256
+/* rows of one sequence and KV group attention.c takes together */
+#define ROW_BLOCK 8
+
+/* softmax(q_r,h · keys[seen[j]] · score_scale over j < n[r]) · values -> out_r,h for NR consecutive
+ * heads h of `rows` (<= ROW_BLOCK) consecutive rows r of one sequence that share a KV group (q_r,h =
+ * q + r q_stride + h d, out likewise with out_stride), row r seeing the first n[r] of seen (each
+ * row's keys a prefix of the next row's, as a prompt's rows see theirs; one row alone: any keys).
+ * The keys and values are taken KEY_BLOCK at a time, every row its part of them in turn, so that
+ * they come from memory once for all the rows rather than once a row, and each row and head
+ * computes exactly what it computes alone: its scores, then its sum over j in order, the same
+ * operations. seen: n[rows - 1] indices padded to a multiple of VL (with valid ones); scores:
+ * rows x NR x stride, stride >= n rounded up to VL; partial: rows x NR x d. */
+ALWAYS_INLINE void attend(const int F16, const int NR, int64_t rows, const float *q,
+                          int64_t q_stride, const void *keys, const void *values,
+                          const int64_t *seen, const int64_t *n, int64_t d, float score_scale,
+                          float *scores, int64_t stride, float *partial, float *out,
+                          int64_t out_stride) {
+    const vf scale = vset1(score_scale);
+    const int64_t last = n[rows - 1];
+    for (int64_t j0 = 0; j0 < last; j0 += KEY_BLOCK)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = j0; j < j0 + KEY_BLOCK && j < n[r]; j += VL) {
+                if (r == 0 || j >= n[r - 1]) /* the first row to reach these keys */
+                    for (int64_t k = j + AHEAD; k < j + AHEAD + VL && k < last; k++)
+                        kv_prefetch(F16, keys, seen[k] * d, d);
+                for (int h = 0; h < NR; h += SCORE_HEADS)
+                    score_keys(F16, NR - h < SCORE_HEADS ? NR - h : SCORE_HEADS,
+                               q + r * q_stride + h * d, keys, seen, j, d, scale,
+                               scores + (r * NR + h) * stride, stride);
+            }
+    vf norm[ROW_BLOCK][ATTENTION_HEADS];
+    for (int64_t r = 0; r < rows; r++) softmax_heads(NR, scores + r * NR * stride, stride, n[r],
+                                                     norm[r]);
     /* values VL x WIDTH at a time: 4 vectors per head for up to 4 heads, 2 for more (their
        accumulators fit the registers) */
-    const int WIDTH = (NR <= 4 ? 4 : 2) * VL;
-    for (int64_t i = 0; i < d; i += d % WIDTH ? VL : WIDTH) {
-        if (d % WIDTH) weigh_values(F16, NR, VL, scores, stride, values, seen, n, d, i, norm, out);
-        else if (NR <= 4)
-            weigh_values(F16, NR, 4 * VL, scores, stride, values, seen, n, d, i, norm, out);
-        else weigh_values(F16, NR, 2 * VL, scores, stride, values, seen, n, d, i, norm, out);
-    }
+    const int WIDTH = d % ((NR <= 4 ? 4 : 2) * VL) ? VL : (NR <= 4 ? 4 : 2) * VL;
+    for (int64_t j0 = 0; j0 < last; j0 += KEY_BLOCK)
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t j1 = j0 + KEY_BLOCK < n[r] ? j0 + KEY_BLOCK : n[r];
+            const float *p = scores + r * NR * stride;
+            float *acc = partial + r * NR * d;
+            for (int64_t i = 0; j0 < j1 && i < d; i += WIDTH) {
+                if (WIDTH == VL)
+                    weigh_values(F16, NR, VL, p, stride, values, seen, j0, j1, d, i, !j0, acc);
+                else if (NR <= 4)
+                    weigh_values(F16, NR, 4 * VL, p, stride, values, seen, j0, j1, d, i, !j0, acc);
+                else weigh_values(F16, NR, 2 * VL, p, stride, values, seen, j0, j1, d, i, !j0, acc);
+            }
+        }
+    for (int64_t r = 0; r < rows; r++)
+        for (int h = 0; h < NR; h++)
+            for (int64_t i = 0; i < d; i += VL)
+                vstore(out + r * out_stride + h * d + i,
+                       vmul(vload(partial + (r * NR + h) * d + i), norm[r][h]));
 }
 
 /* The work is a list of units, each the heads of one KV group for one row, ordered by sequence,
@@ -178,17 +217,36 @@ struct attention_job {
     const int64_t *before;              /* by unit: the work of the units before it (+ one: all) */
     float *out;
     int64_t U, longest, H, G, d;
+    int64_t row_block; /* rows a block takes at most: ROW_BLOCK, or fewer where no sequence has more */
     float scale;
     int f16;
     atomic_int failed; /* set by any thread whose scratch could not be allocated */
 };
 
-/* heads [h, h + nr) of row t, nr <= ATTENTION_HEADS, as a constant */
+/* heads [h, h + nr) of rows t .. t + rows - 1, nr <= ATTENTION_HEADS, as a constant */
 #define HEADS(NR) case NR: \
     if (NR <= ATTENTION_HEADS) \
-        attend(F16, NR, q, keys, values, seen, job->count[t], d, job->scale, scores, stride, \
-               out);                                                                         \
+        attend(F16, NR, rows, q, width, keys, values, seen, job->count + t, d, job->scale, \
+               scores, stride, partial, out, H * d); \
     break;
+
+/* rows t + 1, t + 2, .. (up to ROW_BLOCK in all) that may join row t's block of units th .. end:
+ * whole KV groups of one sequence's consecutive rows, each row's keys a prefix of the next's */
+static int64_t block_rows(const struct attention_job *job, long long th, long long end) {
+    const int64_t group = job->H / job->G, u = th / group, t = job->unit_row[u];
+    int64_t rows = 1;
+    if (th % group || group > ATTENTION_HEADS) return 1;
+    while (rows < job->row_block && th + (rows + 1) * group <= end) {
+        const int64_t next = job->unit_row[u + rows], prev = next - 1;
+        if (job->unit_group[u + rows] != job->unit_group[u] || next != t + rows ||
+            job->keys[next] != job->keys[t] || job->count[next] < job->count[prev] ||
+            memcmp(job->seen + job->first[next], job->seen + job->first[prev],
+                   sizeof(int64_t) * (size_t)job->count[prev]))
+            break;
+        rows++;
+    }
+    return rows;
+}
 
 /* The first of thread i's unit-heads: threads take consecutive unit-heads of about equal work.
  * A unit's work is its row's keys, COLD times over for a sequence's first row: that row reads
@@ -208,17 +266,20 @@ static long long work_start(const struct attention_job *job, int i, int threads)
 ALWAYS_INLINE void attention_share(const int F16, struct attention_job *job, int thread,
                                    int threads) {
     const int64_t H = job->H, d = job->d, width = (H + 2 * job->G) * d, group = H / job->G;
-    const int64_t stride = job->longest + VL;
-    float *scores = malloc(sizeof(float) * (size_t)(ATTENTION_HEADS * stride));
+    const int64_t stride = job->longest + VL, heads = job->row_block * ATTENTION_HEADS;
+    float *scores = malloc(sizeof(float) * (size_t)(heads * (stride + d)));
     if (!scores) {
         atomic_store_explicit(&job->failed, 1, memory_order_relaxed);
         return;
     }
+    float *partial = scores + heads * stride;
     const long long begin = work_start(job, thread, threads);
     const long long end = work_start(job, thread + 1, threads);
     for (long long th = begin; th < end;) {
-        /* this thread's next heads of one row and KV group, at most ATTENTION_HEADS */
+        /* this thread's next heads of one KV group, at most ATTENTION_HEADS, for one row or a
+           block of rows */
         const int64_t u = th / group, t = job->unit_row[u], g = job->unit_group[u];
+        const int64_t rows = block_rows(job, th, end);
         const int64_t h = g * group + th % group, cache = g * job->capacity[t] * d;
         int64_t nr = (g + 1) * group - h;
         nr = nr < end - th ? nr : end - th;
@@ -227,11 +288,11 @@ ALWAYS_INLINE void attention_share(const int F16, struct attention_job *job, int
         const float *q = job->qkv + t * width + h * d;
         const void *keys = (const char *)job->keys[t] + bytes;
         const void *values = (const char *)job->values[t] + bytes;
-        const int64_t *seen = job->seen + job->first[t];
+        const int64_t *seen = job->seen + job->first[t + rows - 1];
         float *out = job->out + (t * H + h) * d;
         _Static_assert(ATTENTION_HEADS <= 8, "add cases below");
         switch (nr) { HEADS(1) HEADS(2) HEADS(3) HEADS(4) HEADS(5) HEADS(6) HEADS(7) HEADS(8) }
-        th += nr;
+        th += rows * nr;
     }
     free(scores);
 }
@@ -250,11 +311,12 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
               int threads) {
     if (d % 16 || H % G || window < 0 || (kv_f16 != 0 && kv_f16 != 1)) return 1;
     const size_t number = kv_f16 ? sizeof(uint16_t) : sizeof(float);
-    int64_t T = 0, seen_total = 0, longest = 0;
+    int64_t T = 0, seen_total = 0, longest = 0, row_block = 1;
     for (int64_t s = 0; s < S; s++) {
         const int64_t end = starts[s] + rows[s];
         if (rows[s] < 0 || starts[s] < 0 || end > capacity[s]) return 1;
         T += rows[s];
+        row_block = rows[s] > row_block ? (rows[s] < ROW_BLOCK ? rows[s] : ROW_BLOCK) : row_block;
         seen_total += rows[s] * (end + VL); /* a row's keys, padded to a multiple of VL */
         longest = end > longest ? end : longest;
     }
@@ -322,8 +384,8 @@ int attention(float *qkv, void *const *caches_k, void *const *caches_v,
                 before[u + 1] = before[u] + count[row0 + r] * (H / G) * (r == 0 ? COLD : 1);
             }
     struct attention_job job = {qkv, row_keys, row_values, row_capacity, index, first, count,
-                                unit_row, unit_group, before, out, u, longest, H, G, d, scale,
-                                kv_f16, 0};
+                                unit_row, unit_group, before, out, u, longest, H, G, d,
+                                row_block, scale, kv_f16, 0};
     run_parallel(threads, attention_task, &job);
     free(index), free(by_row);
     /* the threads have joined: their stores are seen */
