@@ -19,6 +19,10 @@ def test_the_report_splits_each_prompts_prefill_and_compares_it_with_the_peer(ti
     assert times.sizes == [32, 64, 96] and all(s > 0 for s in times.totals.values())
     for kind, (seconds, macs) in times.matrices.items():
         assert seconds > 0 and macs > 0 and times.peaks[kind] > 0
+    # attention measured alone, growing with the prompt, a part of the whole prefill
+    attention = [times.attention[n] for n in (32, 64, 96)]
+    assert 0 < attention[0] < attention[2] and all(
+        a < times.totals[n] for a, n in zip(attention, (32, 64, 96)))
     report = prefill_report(tiny, times, {32: 100.0, 64: 50.0}, None)
     rows = [line for line in report.splitlines() if line.startswith("| ") and "prompt" not in line]
     assert [row.split(" | ")[0] for row in rows] == ["| 32", "| 64", "| 96"]

@@ -6,9 +6,10 @@ The prefill is the engine's: chunks of `PREFILL_CHUNK` rows into an empty cache.
 are measured alone: every matrix of the model called on a chunk of random activations, by format
 (a chunk's matrix work does not depend on where in the prompt it sits, so the prompt's is the
 chunks' sum); their multiply-adds per second against `floor.peak_macs` (the same kernel and rows
-on a matrix held in the caches) is how near the kernel's peak they run. The rest of the prefill
-is attention, whose cost per token grows with the prompt, and what costs the same per token
-(norms, rotary, activations, the embedding): the rest per token, at each length, shows which.
+on a matrix held in the caches) is how near the kernel's peak they run. Attention is timed alone
+too, on the target's own kernel for a chunk behind three depths of each prompt (its cost grows
+with the keys behind a chunk: linear in between), for native targets. What the two leave of the
+whole prefill is norms, rotary, activations and the embedding.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ...core.engine import PREFILL_CHUNK
 from ...errors import InvalidParameterError, SpecDecodeError
+from ...kernels import CacheRows
 from ...models import LoadedModel
 from .floor import _median_seconds, peak_macs, prefill_seconds
 
@@ -40,12 +43,43 @@ def matrix_seconds(model: LoadedModel) -> dict[str, tuple[float, float]]:
     return {kind: (s, macs) for kind, (s, macs) in out.items()}
 
 
+def attention_seconds(model: LoadedModel, tokens: int, repeats: int = 5) -> float | None:
+    """Seconds of every attention call of a `tokens`-token prefill (each layer, each chunk): a
+    chunk timed behind the prompt's first, middle and last chunk's keys, linear in between, per
+    distinct sliding window of the layers; None where the target has no native layers."""
+    target = model.target
+    if not hasattr(target, "layers") or not hasattr(target, "kv_dtype"):
+        return None
+    kernels, H, G, d = target.kernels, target.num_heads, target.num_kv_heads, target.head_dim
+    gen = torch.Generator().manual_seed(0)
+    keys = torch.randn(1, G, tokens, d, generator=gen).to(target.kv_dtype)
+    values = torch.randn(1, G, tokens, d, generator=gen).to(target.kv_dtype)
+    cos, sin = target.rope_tables(tokens)
+    starts = list(range(0, tokens, PREFILL_CHUNK))
+    samples = sorted({starts[0], starts[len(starts) // 2], starts[-1]})
+    total = 0.0
+    for window in {layer.window for layer in target.layers}:
+        layers = sum(layer.window == window for layer in target.layers)
+        measured = []
+        for start in samples:
+            rows = min(PREFILL_CHUNK, tokens - start)
+            qkv = torch.randn(rows, (H + 2 * G) * d, generator=gen)
+            cache = kernels.attention_inputs([CacheRows(keys, values, start, rows)])
+            positions = torch.arange(start, start + rows)
+            measured.append(_median_seconds(
+                lambda: kernels.attention(qkv, cache, 0, cos, sin, positions, H, window,
+                                          target.shape.scale), repeats))
+        total += layers * sum(float(np.interp(start, samples, measured)) for start in starts)
+    return total
+
+
 @dataclass
 class PrefillTimes:
     sizes: list[int]
     matrices: dict[str, tuple[float, float]]  # `matrix_seconds`
     peaks: dict[str, float]  # multiply-adds per second of each format's kernel, in the caches
     totals: dict[int, float]  # prompt tokens -> seconds of its whole prefill
+    attention: dict[int, float | None]  # prompt tokens -> `attention_seconds`
 
 
 def measure_prefill(model: LoadedModel, sizes: Sequence[int] = SIZES) -> PrefillTimes:
@@ -59,7 +93,8 @@ def measure_prefill(model: LoadedModel, sizes: Sequence[int] = SIZES) -> Prefill
     peaks = {name: peak_macs(model.target.kernels, kind, PREFILL_CHUNK)
              for name, kind in kinds.items()}
     totals = {n: prefill_seconds(model, n, repeats=3 if n <= 2048 else 1) for n in sizes}
-    return PrefillTimes(sizes, matrices, peaks, totals)
+    return PrefillTimes(sizes, matrices, peaks, totals, {n: attention_seconds(model, n)
+                                                         for n in sizes})
 
 
 def prefill_report(model: LoadedModel, t: PrefillTimes, peer: dict[int, float] | None,
@@ -73,13 +108,16 @@ def prefill_report(model: LoadedModel, t: PrefillTimes, peer: dict[int, float] |
                  f"{kind.removeprefix('torch.')} {s * 1e3:.1f} ms, {macs / s / 1e9:.0f} GMAC/s "
                  f"= {macs / s / t.peaks[kind]:.0%} of its peak {t.peaks[kind] / 1e9:.0f}"
                  for kind, (s, macs) in sorted(t.matrices.items())),
-             "| prompt | tok/s | matrix calls | the rest (attention, norms, ...) | the rest per "
-             "token | llama-bench pp tok/s | ours / llama.cpp |", "|---|---|---|---|---|---|---|"]
+             "parts timed alone, as shares of the whole prefill (alone, a part pays its own calls "
+             "and colder caches: the shares may add up past 100%; what they leave is norms, "
+             "rotary, activations, the embedding)",
+             "| prompt | tok/s | matrix calls | attention | attention per token | "
+             "llama-bench pp tok/s | ours / llama.cpp |", "|---|---|---|---|---|---|---|"]
     for n in t.sizes:
-        total, theirs = t.totals[n], (peer or {}).get(n)
-        matrix = chunk * n / PREFILL_CHUNK
-        lines.append(f"| {n} | {n / total:.0f} | {matrix / total:.0%} | "
-                     f"{(total - matrix) / total:.0%} | {(total - matrix) / n * 1e3:.2f} ms | "
+        total, theirs, attention = t.totals[n], (peer or {}).get(n), t.attention[n]
+        lines.append(f"| {n} | {n / total:.0f} | {chunk * n / PREFILL_CHUNK / total:.0%} | "
+                     + (f"{attention / total:.0%} | {attention / n * 1e3:.2f} ms | "
+                        if attention is not None else "- | - | ")
                      + (f"{theirs:.0f} | {n / total / theirs:.2f}x |" if theirs else "- | - |"))
     if peer is None:
         lines.append(f"llama.cpp: not compared ({why})")
