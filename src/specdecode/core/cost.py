@@ -4,9 +4,9 @@ from (`core.budget`).
 With fp32 weights a step over 8 rows costs little more than one (memory-bound); with 8-bit integer
 kernels every row adds its own arithmetic; on the torch path a row costs nearly a step; and every
 row attends to its own sequence's whole cache, so rows cost more as contexts grow. The curve is
-measured on the machine, once per target, not assumed (`specdecode.models.timing`); `specdecode tune`
-saves it in the model's profile, where later processes on the same machine and kernel path find
-it.
+measured on the machine, once per target, not assumed (`specdecode.models.timing`);
+`specdecode tune` saves it in the model's profile, where later processes on the same machine and
+kernel path find it.
 """
 
 from __future__ import annotations

@@ -150,10 +150,11 @@ ALWAYS_INLINE void softmax_heads(const int NR, float *scores, int64_t stride, in
 /* rows of one sequence and KV group attention.c takes together */
 #define ROW_BLOCK 8
 
-/* softmax(q_r,h · keys[seen[j]] · score_scale over j < n[r]) · values -> out_r,h for NR consecutive
- * heads h of `rows` (<= ROW_BLOCK) consecutive rows r of one sequence that share a KV group (q_r,h =
- * q + r q_stride + h d, out likewise with out_stride), row r seeing the first n[r] of seen (each
- * row's keys a prefix of the next row's, as a prompt's rows see theirs; one row alone: any keys).
+/* softmax(q_r,h · keys[seen[j]] · score_scale over j < n[r]) · values -> out_r,h for NR
+ * consecutive heads h of `rows` (<= ROW_BLOCK) consecutive rows r of one sequence that share a KV
+ * group (q_r,h = q + r q_stride + h d, out likewise with out_stride), row r seeing the first n[r]
+ * of seen (each row's keys a prefix of the next row's, as a prompt's rows see theirs; one row
+ * alone: any keys).
  * The keys and values are taken KEY_BLOCK at a time, every row its part of them in turn, so that
  * they come from memory once for all the rows rather than once a row, and each row and head
  * computes exactly what it computes alone: its scores, then its sum over j in order, the same
@@ -217,7 +218,7 @@ struct attention_job {
     const int64_t *before;              /* by unit: the work of the units before it (+ one: all) */
     float *out;
     int64_t U, longest, H, G, d;
-    int64_t row_block; /* rows a block takes at most: ROW_BLOCK, or fewer where no sequence has more */
+    int64_t row_block; /* rows a block takes at most: ROW_BLOCK, or the longest sequence's */
     float scale;
     int f16;
     atomic_int failed; /* set by any thread whose scratch could not be allocated */
