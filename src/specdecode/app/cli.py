@@ -26,10 +26,63 @@ if TYPE_CHECKING:
 
 EXIT_USAGE = 2
 
+# Every command: its line in `specdecode --help` and the description heading its own --help.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "generate": ("generate text and print the run's statistics",
+                 "Generate from PROMPT (or --prompt-file, or stdin), streaming "
+                 "the text, then print τ, acceptance rate and speed."),
+    "bench": ("Spec-Bench speed table: our methods and their peers",
+              "Run the first N prompts of each Spec-Bench task group (MT-bench "
+              "with both turns) through plain decoding, every drafter and "
+              "transformers generate() on the same weights, interleaved "
+              "prompt by prompt; write a Markdown table, JSON records and "
+              "PNG plots, and audit greedy outputs token by token."),
+    "tune": ("measure drafting settings and save the fastest as defaults",
+             "Search which layers layerskip should skip (once per model), "
+             "then time plain decoding and every drafter's candidate "
+             "settings (prompt lookup over K and n-gram size, layerskip if "
+             "the search found a skip set, a draft model with "
+             "--draft-model, the shipped heads) on the last Spec-Bench "
+             "prompts of each task group, and save the fastest lossless "
+             "configuration as this model's defaults for generate, bench "
+             "and serve."),
+    "serve": ("OpenAI-compatible HTTP server",
+              "Serve /v1/completions, /v1/chat/completions, /v1/models, "
+              "/health and /metrics. --method and the draft caps are the "
+              "default; a request can pick another drafter with the "
+              'extension field "speculative": {"method": ..., '
+              '"max_draft_nodes": ..., "max_draft_depth": ...}. Up to '
+              "--max-batch requests generate together, sharing each "
+              "target forward; the rest wait in a bounded queue."),
+    "export": ("export a trained EAGLE head for vLLM",
+               "Write the EAGLE head in HEAD_DIR to OUT_DIR as config.json + "
+               "model.safetensors: by default in the EAGLE-1 layout vLLM's "
+               "method 'eagle' loads; see docs/serving-with-vllm.md."),
+    "train": ("train an EAGLE or Medusa drafting head for a model",
+              "Self-distillation: sample prompts (balanced across their "
+              "sources), let the model answer them greedily, record its "
+              "hidden states over prompt + answer, and train a head to draft "
+              "its next tokens. Every phase is cached in --out, so --resume "
+              "redoes no finished work. The head is written to OUT/head; use "
+              "it with `generate --method METHOD --draft-model OUT/head`. "
+              "With the defaults, SmolLM2-135M on 2 idle CPU cores takes about "
+              "60 minutes."),
+}
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line instead of usage + error
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _command(sub: "argparse._SubParsersAction", name: str) -> argparse.ArgumentParser:
+    summary, description = _COMMANDS[name]
+    return sub.add_parser(name, help=summary, description=description)
+
+
+def _switch(p: argparse.ArgumentParser, flag: str, help: str) -> None:
+    """An option that is off unless given."""
+    p.add_argument(flag, action="store_true", help=help)
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -74,9 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_generate(sub: "argparse._SubParsersAction") -> None:
-    g = sub.add_parser("generate", help="generate text and print the run's statistics",
-                       description="Generate from PROMPT (or --prompt-file, or stdin), streaming "
-                                   "the text, then print τ, acceptance rate and speed.")
+    g = _command(sub, "generate")
     g.add_argument("prompt", nargs="?", help="the prompt (default: --prompt-file or stdin)")
     g.add_argument("--prompt-file", help="read the prompt from this file")
     _add_model_args(g)
@@ -88,39 +139,39 @@ def _add_generate(sub: "argparse._SubParsersAction") -> None:
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
     g.add_argument("--seed", type=int, help="seed for sampling (reproducible runs)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    g.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    _switch(g, "--no-chat", "do not apply the chat template")
     out = g.add_mutually_exclusive_group()
     out.add_argument("--json-schema", metavar="FILE",
                      help="constrain the output to JSON valid against this JSON schema file "
                           "(speculation stays lossless: every draft row is masked alike)")
     out.add_argument("--grammar", metavar="FILE",
                      help="constrain the output to this grammar file (llama.cpp's GBNF, or Lark)")
-    g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    g.add_argument("--compare", action="store_true",
-                   help="also run plain decoding; print both, the speed-up and whether the "
-                        "greedy outputs are token-identical")
+    _switch(g, "--json", "print one JSON object instead of text")
+    _switch(g, "--compare",
+            "also run plain decoding; print both, the speed-up and whether the "
+            "greedy outputs are token-identical")
 
 
 def _add_bench_modes(b: argparse.ArgumentParser) -> None:
     """`bench`'s reports other than the speed table: prefill, floors, distance, load."""
-    b.add_argument("--prefill", action="store_true",
-                   help="instead of the table: where the prefill of a 512-, 2,048- and "
-                        "8,192-token prompt spends its time (matrix calls by format against the "
-                        "path's matrix peak, attention, the rest), beside llama.cpp's llama-bench "
-                        "-p on the same file (`make peers` builds it)")
-    b.add_argument("--floor", action="store_true",
-                   help="instead of the table: the target's weight bytes, its bandwidth floor "
-                        "(measured memory bandwidth) and arithmetic floor (the kernels' measured "
-                        "peak), its load time and resident memory, and its step time over 1, 4, "
-                        "8 and 16 new tokens between them, each also as a fraction of the "
-                        "path's instruction peak (its dot-product instruction alone, in "
-                        "registers, on every thread)")
-    b.add_argument("--distance", action="store_true",
-                   help="instead of the table: for a GGUF model, how often our quantized path "
-                        "and llama.cpp pick the greedy token of transformers' fp32 reading of "
-                        "the same file (teacher-forced "
-                        "top-1 agreement, identical greedy outputs) on the first --limit prompts "
-                        "of each group")
+    _switch(b, "--prefill",
+            "instead of the table: where the prefill of a 512-, 2,048- and "
+            "8,192-token prompt spends its time (matrix calls by format against the "
+            "path's matrix peak, attention, the rest), beside llama.cpp's llama-bench "
+            "-p on the same file (`make peers` builds it)")
+    _switch(b, "--floor",
+            "instead of the table: the target's weight bytes, its bandwidth floor "
+            "(measured memory bandwidth) and arithmetic floor (the kernels' measured "
+            "peak), its load time and resident memory, and its step time over 1, 4, "
+            "8 and 16 new tokens between them, each also as a fraction of the "
+            "path's instruction peak (its dot-product instruction alone, in "
+            "registers, on every thread)")
+    _switch(b, "--distance",
+            "instead of the table: for a GGUF model, how often our quantized path "
+            "and llama.cpp pick the greedy token of transformers' fp32 reading of "
+            "the same file (teacher-forced "
+            "top-1 agreement, identical greedy outputs) on the first --limit prompts "
+            "of each group")
     b.add_argument("--synthetic-1b", metavar="PATH",
                    help="use a random-weight ~1B Llama-family GGUF in llama.cpp's Q4_K_M mix "
                         "as the model, written to PATH first if it is not there (~0.8 GB, a "
@@ -141,12 +192,7 @@ def _add_bench_modes(b: argparse.ArgumentParser) -> None:
 
 
 def _add_bench(sub: "argparse._SubParsersAction") -> None:
-    b = sub.add_parser("bench", help="Spec-Bench speed table: our methods and their peers",
-                       description="Run the first N prompts of each Spec-Bench task group (MT-bench "
-                                   "with both turns) through plain decoding, every drafter and "
-                                   "transformers generate() on the same weights, interleaved "
-                                   "prompt by prompt; write a Markdown table, JSON records and "
-                                   "PNG plots, and audit greedy outputs token by token.")
+    b = _command(sub, "bench")
     _add_model_args(b)
     b.add_argument("--limit", type=int, default=3, help="prompts per task group (default 3)")
     b.add_argument("--methods",
@@ -165,11 +211,11 @@ def _add_bench(sub: "argparse._SubParsersAction") -> None:
                    help="0 = greedy with the equality audit (default); > 0 samples, seeded by "
                         "the repeat index, and reports speed and τ only")
     b.add_argument("--repeats", type=int, default=2, help="timed repeats per prompt (median)")
-    b.add_argument("--cross-request-memory", action="store_true",
-                   help="let drafters with a memory of earlier outputs (suffix) keep it across "
-                        "prompts, as a server does; off by default, so that every prompt starts "
-                        "clean as Spec-Bench assumes. Needs --repeats 1: no prompt may see its "
-                        "own earlier run")
+    _switch(b, "--cross-request-memory",
+            "let drafters with a memory of earlier outputs (suffix) keep it across "
+            "prompts, as a server does; off by default, so that every prompt starts "
+            "clean as Spec-Bench assumes. Needs --repeats 1: no prompt may see its "
+            "own earlier run")
     b.add_argument("--sweep-depth", metavar="D1,D2,...",
                    help="run every drafting method at each of these depth caps (for the "
                         "speed-up and τ against depth plot), e.g. 1,2,4,6,8,12; for "
@@ -180,8 +226,7 @@ def _add_bench(sub: "argparse._SubParsersAction") -> None:
     b.add_argument("--out", default="bench-out",
                    help="directory for bench.md, bench.json, records.jsonl and the plots "
                         "(default bench-out)")
-    b.add_argument("--resume", action="store_true",
-                   help="continue the run recorded in --out: nothing already measured is rerun")
+    _switch(b, "--resume", "continue the run recorded in --out: nothing already measured is rerun")
     _add_bench_modes(b)
     b.add_argument("--questions", help="Spec-Bench question file (default: the shipped copy); a "
                    "question with a \"json_schema\" (category \"structured\") is answered "
@@ -196,33 +241,18 @@ def _add_bench(sub: "argparse._SubParsersAction") -> None:
 
 
 def _add_tune(sub: "argparse._SubParsersAction") -> None:
-    t = sub.add_parser("tune", help="measure drafting settings and save the fastest as defaults",
-                       description="Search which layers layerskip should skip (once per model), "
-                                   "then time plain decoding and every drafter's candidate "
-                                   "settings (prompt lookup over K and n-gram size, layerskip if "
-                                   "the search found a skip set, a draft model with "
-                                   "--draft-model, the shipped heads) on the last Spec-Bench "
-                                   "prompts of each task group, and save the fastest lossless "
-                                   "configuration as this model's defaults for generate, bench "
-                                   "and serve.")
+    t = _command(sub, "tune")
     _add_model_args(t)
     t.add_argument("--draft-model", help="also try this draft model")
     t.add_argument("--per-group", type=int, default=1,
                    help="prompts per Spec-Bench task group (default 1)")
     t.add_argument("--max-new-tokens", type=int, default=128, help="default 128")
-    t.add_argument("--search-layers", action="store_true",
-                   help="search layerskip's skip set again even if the model's profile has one")
+    _switch(t, "--search-layers",
+            "search layerskip's skip set again even if the model's profile has one")
 
 
 def _add_serve(sub: "argparse._SubParsersAction") -> None:
-    v = sub.add_parser("serve", help="OpenAI-compatible HTTP server",
-                       description="Serve /v1/completions, /v1/chat/completions, /v1/models, "
-                                   "/health and /metrics. --method and the draft caps are the "
-                                   "default; a request can pick another drafter with the "
-                                   'extension field "speculative": {"method": ..., '
-                                   '"max_draft_nodes": ..., "max_draft_depth": ...}. Up to '
-                                   "--max-batch requests generate together, sharing each "
-                                   "target forward; the rest wait in a bounded queue.")
+    v = _command(sub, "serve")
     _add_model_args(v)
     _add_method_arg(v)
     add_drafter_arguments(v)
@@ -264,7 +294,7 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
         "--port: one engine and one model load per replica (--threads cores each), a "
         "conversation's turns routed back to the replica that served its first, a replica that "
         "dies replaced and its not yet answered requests retried on another.")
-    r.add_argument("--ray", action="store_true", help="serve through Ray Serve")
+    _switch(r, "--ray", "serve through Ray Serve")
     r.add_argument("--replicas", type=int, default=1,
                    help="engine replicas (default 1); with --max-replicas, the fewest")
     r.add_argument("--max-replicas", type=int,
@@ -285,10 +315,7 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
 
 
 def _add_export(sub: "argparse._SubParsersAction") -> None:
-    x = sub.add_parser("export", help="export a trained EAGLE head for vLLM",
-                       description="Write the EAGLE head in HEAD_DIR to OUT_DIR as config.json + "
-                                   "model.safetensors: by default in the EAGLE-1 layout vLLM's "
-                                   "method 'eagle' loads; see docs/serving-with-vllm.md.")
+    x = _command(sub, "export")
     x.add_argument("head_dir", metavar="HEAD_DIR", help="EAGLE head directory (from training)")
     x.add_argument("out_dir", metavar="OUT_DIR", help="directory to write")
     x.add_argument("--format", default="vllm", choices=FORMATS,
@@ -312,15 +339,7 @@ def _add_train(sub: "argparse._SubParsersAction") -> None:
         TAU_PROMPTS,
     )
 
-    r = sub.add_parser("train", help="train an EAGLE or Medusa drafting head for a model",
-                       description="Self-distillation: sample prompts (balanced across their "
-                                   "sources), let the model answer them greedily, record its "
-                                   "hidden states over prompt + answer, and train a head to draft "
-                                   "its next tokens. Every phase is cached in --out, so --resume "
-                                   "redoes no finished work. The head is written to OUT/head; use "
-                                   "it with `generate --method METHOD --draft-model OUT/head`. "
-                                   "With the defaults, SmolLM2-135M on 2 idle CPU cores takes about "
-                                   "60 minutes.")
+    r = _command(sub, "train")
     r.add_argument("method", choices=["eagle", "medusa"],
                    help="eagle: a one-layer feature-level head (EAGLE-2 tree drafting); "
                         "medusa: independent heads, one per draft position")
@@ -350,8 +369,7 @@ def _add_train(sub: "argparse._SubParsersAction") -> None:
     r.add_argument("--batch-size", type=int, default=8, help="sequences per step (default 8)")
     r.add_argument("--seed", type=int, default=0,
                    help="seed for prompt sampling, initial weights and batch order (default 0)")
-    r.add_argument("--resume", action="store_true",
-                   help="continue the run in --out (started with the same settings)")
+    _switch(r, "--resume", "continue the run in --out (started with the same settings)")
     r.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores)")
 
 class _StderrHandler(logging.StreamHandler):
