@@ -121,3 +121,34 @@ def test_a_decoder_is_made_without_timing_and_times_once_when_first_needed_sayin
         assert decoder.cost == StepCost((1, 2), (1.0, 1.5)) and decoder.cost is decoder.cost
     # once, with the first use's repeats (fewer than `tune`'s)
     assert calls == [timing.FIRST_USE_REPEATS] and "steps on this machine once" in caplog.text
+
+
+def test_threads_asking_a_new_models_cost_at_once_time_it_once_and_share_the_curve(
+        tiny_llama, monkeypatch, tmp_path):
+    # a server's engine thread and a library call in one process: timed twice, each timing
+    # slowed by the other, the two would keep different curves and draft differently
+    import threading
+    import time
+
+    monkeypatch.setenv("SPECDECODE_CACHE", str(tmp_path))
+    monkeypatch.setattr(timing, "_MEASURED", {})
+    calls = []
+
+    def slow_measure(target, repeats):
+        calls.append(1)
+        time.sleep(0.2)
+        return StepCost((1, 2, 8), (1.0, 1.0 + len(calls), 2.0 + len(calls)), 64)
+
+    monkeypatch.setattr(timing, "measure", slow_measure)
+    model = load(tiny_llama, 8)
+    got = [None, None]
+
+    def ask(i: int) -> None:
+        got[i] = step_cost(model)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and got[0] is got[1]

@@ -10,6 +10,7 @@ import logging
 import os
 import platform
 import statistics
+import threading
 import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING
@@ -38,6 +39,9 @@ FIRST_USE_REPEATS = 3
 # by (model, weight formats, kernel path), not by thread count: every load of one model in a
 # process drafts alike, so a server's worker thread and a library call report the same τ
 _MEASURED: dict[tuple[str, str, str], StepCost] = {}
+# one first-use timing at a time: a server's engine thread and a library call in the same
+# process would otherwise each time the model while the other runs, and keep different curves
+_TIMING = threading.Lock()
 
 
 def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
@@ -113,24 +117,27 @@ def step_cost(model: "LoadedModel") -> StepCost:
     key, else measured once per model, formats and kernel path in a process and saved."""
     path = getattr(getattr(model.target, "kernels", None), "name", None) or model.kernels
     key = (model.key, model.weights, path)
-    if key not in _MEASURED:
-        saved = (load_profile(model.key).get(PROFILE_SECTION) or {}).get(machine_key(model))
-        if saved:
-            _MEASURED[key] = StepCost(tuple(saved["rows"]), tuple(saved["seconds"]),
-                                      saved["context"], saved["per_cached"],
-                                      saved.get("long_context", 0),
-                                      tuple(saved.get("long_seconds", ())))
-        else:
-            logging.getLogger("specdecode").warning(
-                "timing %s's steps on this machine once (seconds to a minute; kept in its profile "
-                "for later runs)", model.key)
-            cost = measure(model.target, repeats=FIRST_USE_REPEATS)
-            try:
-                save_step_cost(model, cost)
-            except OSError as exc:  # a read-only cache costs later runs the timing, nothing else
-                logging.getLogger("specdecode").warning("could not save the step cost: %s", exc)
-            _MEASURED[key] = cost
+    with _TIMING:
+        if key not in _MEASURED:
+            _MEASURED[key] = _saved_or_measured(model)
     return _MEASURED[key]
+
+
+def _saved_or_measured(model: "LoadedModel") -> StepCost:
+    saved = (load_profile(model.key).get(PROFILE_SECTION) or {}).get(machine_key(model))
+    if saved:
+        return StepCost(tuple(saved["rows"]), tuple(saved["seconds"]), saved["context"],
+                        saved["per_cached"], saved.get("long_context", 0),
+                        tuple(saved.get("long_seconds", ())))
+    logging.getLogger("specdecode").warning(
+        "timing %s's steps on this machine once (seconds to a minute; kept in its profile for "
+        "later runs)", model.key)
+    cost = measure(model.target, repeats=FIRST_USE_REPEATS)
+    try:
+        save_step_cost(model, cost)
+    except OSError as exc:  # a read-only cache costs later runs the timing, nothing else
+        logging.getLogger("specdecode").warning("could not save the step cost: %s", exc)
+    return cost
 
 
 def save_step_cost(model: "LoadedModel", cost: StepCost) -> None:
