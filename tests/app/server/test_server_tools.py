@@ -1,7 +1,9 @@
 """Tool calls with the official `openai` client against the server on a model whose chat template
 has tools (Qwen2.5-Coder-0.5B): `tool_choice` "required" and a named function always give valid
 calls (checked with jsonschema against the function's parameters), streamed as OpenAI streams
-them; a round trip (call, tool result, answer); an unknown function is a 400."""
+them; with "auto" the model's calls written without the template's tags (in a json fence or
+bare, as Qwen2.5-Coder writes them) are calls too; a round trip (call, tool result, answer); an
+unknown function is a 400."""
 
 from __future__ import annotations
 
@@ -82,18 +84,37 @@ def test_a_named_function_is_the_one_called_once(client):
     assert_valid(calls, names=("search_web",))
 
 
-def test_streamed_calls_are_the_calls_of_the_whole_answer(client):
-    whole = ask(client, PROMPTS[0], tool_choice="required").choices[0].message.tool_calls
-    chunks = list(ask(client, PROMPTS[0], tool_choice="required", stream=True))
+def streamed_calls(chunks) -> list[dict]:
     calls: dict[int, dict] = {}
     for chunk in chunks:
         for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
             call = calls.setdefault(delta.index, {"name": "", "arguments": ""})
             call["name"] += delta.function.name or ""
             call["arguments"] += delta.function.arguments or ""
+    return [calls[i] for i in sorted(calls)]
+
+
+def test_streamed_calls_are_the_calls_of_the_whole_answer(client):
+    whole = ask(client, PROMPTS[0], tool_choice="required").choices[0].message.tool_calls
+    chunks = list(ask(client, PROMPTS[0], tool_choice="required", stream=True))
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
-    assert [calls[i] for i in sorted(calls)] == [
+    assert streamed_calls(chunks) == [
         {"name": c.function.name, "arguments": c.function.arguments} for c in whole]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS[:2], ids=["fenced", "bare"])
+def test_auto_reads_calls_written_without_the_templates_tags(client, prompt):
+    # this model answers these two with the call alone, in a json fence and bare: text before
+    # such answers were read as calls
+    resp = ask(client, prompt, tool_choice="auto")
+    assert resp.choices[0].finish_reason == "tool_calls"
+    assert resp.choices[0].message.content is None
+    assert_valid(resp.choices[0].message.tool_calls, names=("get_weather",))
+    chunks = list(ask(client, prompt, tool_choice="auto", stream=True))
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).strip()
+    assert [c["arguments"] for c in streamed_calls(chunks)] == [
+        c.function.arguments for c in resp.choices[0].message.tool_calls]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])

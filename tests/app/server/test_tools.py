@@ -1,5 +1,6 @@
 """The tool-call protocol pieces: blocks parsed into OpenAI's calls, streamed text split into
-prose and whole calls however it is cut, the grammar of required calls accepting exactly
+prose and whole calls however it is cut, answers of bare calls (Qwen2.5-Coder's habit) read as
+calls only when they are nothing else, the grammar of required calls accepting exactly
 well-formed calls, and the template's view of earlier calls."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from specdecode.app.server.tools import (CallStream, ToolCall, call_grammar, mar
 from specdecode.errors import InvalidParameterError
 from specdecode.grammars import GrammarCompiler
 
-CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+BARE = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+CALL = "<tool_call>\n" + BARE + "\n</tool_call>"
+NAMES = ("get_weather", "get_time")
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
     "additionalProperties": False}}},
@@ -29,23 +32,94 @@ def test_parse_turns_blocks_into_calls_and_keeps_the_prose():
     assert calls[0].id != calls[1].id and calls[0].id.startswith("call_")
 
 
+def test_a_block_in_the_doubled_braces_of_qwens_template_is_a_call():
+    content, calls = parse(CALL.replace(BARE, "{" + BARE + "}"))
+    assert content is None and [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris"})]
+
+
 def test_a_malformed_block_is_prose_and_no_call():
     text = "<tool_call>\n{not json}\n</tool_call>"
     assert parse(text) == (text, [])
     assert parse("just text") == ("just text", [])
 
 
+@pytest.mark.parametrize("names", [(), NAMES], ids=["no-names", "names"])
 @pytest.mark.parametrize("cut", [1, 3, 7, 11])
-def test_streamed_text_splits_into_prose_and_whole_calls_however_it_is_cut(cut):
+def test_streamed_text_splits_into_prose_and_whole_calls_however_it_is_cut(cut, names):
     text = "Sure <tool" + " thing. " + CALL + "\n" + CALL + " done"
-    stream, parts = CallStream(), []
+    stream, parts = CallStream(names), []
     for i in range(0, len(text), cut):
         parts += stream.push(text[i:i + cut])
-    parts.append(stream.flush())
+    parts += stream.flush()
     calls = [p for p in parts if isinstance(p, ToolCall)]
     prose = "".join(p for p in parts if isinstance(p, str))
     assert [c.index for c in calls] == [0, 1] and stream.calls == 2
     assert prose == "Sure <tool thing. \n done"
+
+
+@pytest.mark.parametrize("text", [
+    BARE, "  " + BARE + "\n", "```json\n" + BARE + "\n```", "```\n" + BARE + "\n```",
+    "[" + BARE + ", " + BARE.replace("Paris", "Rome") + "]",
+    BARE + "\n" + BARE.replace("Paris", "Rome"),
+    "{" + BARE + "}",  # in the doubled braces of Qwen2.5's template
+    "<tools>\n" + BARE + "\n</tools>"])
+def test_an_answer_of_bare_calls_naming_declared_tools_is_those_calls(text):
+    content, calls = parse(text, NAMES)
+    assert content is None and calls
+    assert all(c.name == "get_weather" for c in calls)
+    assert json.loads(calls[0].arguments) == {"city": "Paris"}
+
+
+@pytest.mark.parametrize("text", [
+    "Here it is: " + BARE,  # prose around it
+    BARE + " and then some text",
+    BARE.replace("get_weather", "get_wether"),  # a tool not declared
+    '{"city": "Paris"}',  # JSON, not a call
+    "```python\nprint(" + BARE + ")\n```",
+    "```json\n" + BARE + "\n```\nDone.",
+    BARE[:-1]])  # cut
+def test_anything_else_stays_text(text):
+    assert parse(text, NAMES) == (text, [])
+
+
+def test_bare_calls_need_declared_tools():
+    assert parse(BARE) == (BARE, [])
+
+
+@pytest.mark.parametrize("cut", [1, 4, 9])
+@pytest.mark.parametrize("answer", ["```json\n" + BARE + "\n```", BARE + "\n" + BARE,
+                                    "{" + BARE + "}", "<tools>\n" + BARE + "\n</tools>"])
+def test_a_streamed_answer_of_bare_calls_is_held_and_sent_as_calls(cut, answer):
+    stream, parts = CallStream(NAMES), []
+    for i in range(0, len(answer), cut):
+        parts += stream.push(answer[i:i + cut])
+    assert parts == []  # nothing sent before the end
+    parts += stream.flush()
+    assert all(isinstance(p, ToolCall) for p in parts) and parts
+    assert [p.index for p in parts] == list(range(len(parts))) and stream.calls == len(parts)
+
+
+@pytest.mark.parametrize("answer", [
+    "```python\nprint('hi')\n" + "x = 1\n" * 20 + "```",
+    '{"city": "Paris", "note": "' + "long " * 40 + '"}\nMore text.',
+    "Sunny in Paris."])
+def test_a_streamed_answer_that_is_not_bare_calls_streams_as_text_before_its_end(answer):
+    stream, parts = CallStream(NAMES), []
+    for i in range(0, len(answer), 5):
+        parts += stream.push(answer[i:i + 5])
+    sent_before_end = "".join(parts)
+    parts += stream.flush()
+    assert "".join(parts) == answer
+    assert len(sent_before_end) >= len(answer) - 12
+
+
+@pytest.mark.parametrize("cut", [1, 5])
+def test_an_answer_opening_with_a_block_streams_its_calls_as_they_close(cut):
+    stream, parts = CallStream(NAMES), []
+    for i in range(0, len(CALL), cut):
+        parts += stream.push(CALL[i:i + cut])
+    assert [p.name for p in parts] == ["get_weather"]  # before the end
 
 
 def test_earlier_calls_reach_the_template_with_their_arguments_as_objects():
@@ -88,10 +162,11 @@ def test_the_required_call_grammar_accepts_well_formed_calls_only(qwen_tokenizer
     assert not accepts(grammar, tokenizer, CALL.replace('"city"', '"town"'))
     assert not accepts(grammar, tokenizer, CALL.replace("get_weather", "get_wether"))
     assert not accepts(grammar, tokenizer, "It is sunny.")
-    single = compiler.lark(call_grammar(TOOLS, "get_time", False, marks))
-    assert accepts(single, tokenizer, time_call)
-    assert not accepts(single, tokenizer, CALL)
-    assert not accepts(single, tokenizer, time_call + "\n" + time_call)
+    for parallel in (False, True):  # a named function is called once (as OpenAI calls it)
+        single = compiler.lark(call_grammar(TOOLS, "get_time", parallel, marks))
+        assert accepts(single, tokenizer, time_call)
+        assert not accepts(single, tokenizer, CALL)
+        assert not accepts(single, tokenizer, time_call + "\n" + time_call)
 
 
 def test_a_named_function_outside_the_tools_is_refused():

@@ -214,9 +214,9 @@ def _add_routes(app: FastAPI) -> None:
             if body.forced_tool_calls:
                 output_format = ("lark", tools.call_grammar(
                     tools_in_prompt, *body.forced_tool_calls, body.parallel_tool_calls, marks))
+        names = tuple(t["function"]["name"] for t in tools_in_prompt or ())
         return await _generate(request, body, [_chat_prompt(model, messages, tools_in_prompt)],
-                               chat=True, output_format=output_format,
-                               tool_calls=bool(tools_in_prompt))
+                               chat=True, output_format=output_format, tool_calls=names)
 
 
 def _model_card(state: ServerState) -> dict:
@@ -402,11 +402,12 @@ def _sampling_params(body: GenerationRequest, context_length: int, chat: bool) -
 async def _generate(request: Request, body: GenerationRequest,
                     prepares: list[Callable[[], list[int]]], chat: bool,
                     output_format: tuple[str, Any] | None = None,
-                    tool_calls: bool = False,
+                    tool_calls: tuple[str, ...] = (),
                     stop_token_ids: frozenset[int] = frozenset()) -> Response:
     """Serve one generation: `n` choices of each prompt (`prepares`), decoded side by side;
-    `output_format` constrains them, `tool_calls` parses their tool-call blocks into OpenAI's
-    `tool_calls`; `stop_token_ids` end them as the model's EOS does."""
+    `output_format` constrains them; `tool_calls`, the names of the tools the prompt declares,
+    has their tool calls parsed into OpenAI's `tool_calls`; `stop_token_ids` end them as the
+    model's EOS does."""
     state = _state(request)
     state.check_model(body.model)
     params = _sampling_params(body, state.model.context_length, chat)
@@ -446,7 +447,7 @@ async def _generate(request: Request, body: GenerationRequest,
 
 
 def _choice(fmt: responses.Formatter, job: Job, index: int, chunks: list[Chunk],
-            tool_calls: bool) -> dict:
+            tool_calls: tuple[str, ...]) -> dict:
     """Choice `index` of a whole response from its chunks."""
     text, finish = "".join(c.text for c in chunks), chunks[-1].finish_reason
     echo, entries = _opening(job, index, chunks[0])
@@ -454,7 +455,7 @@ def _choice(fmt: responses.Formatter, job: Job, index: int, chunks: list[Chunk],
     logprobs = (fmt.logprobs(entries, job.pieces)[0] if job.params["logprobs"] is not None
                 else None)
     if tool_calls:
-        content, calls = tools.parse(text)
+        content, calls = tools.parse(text, tool_calls)
         if calls:  # a cut answer keeps "length" (its unfinished block stays text)
             return fmt.choice(index, content, "tool_calls" if finish == "stop" else finish,
                               logprobs, [c.to_dict() for c in calls])
@@ -492,17 +493,17 @@ async def _next_chunk(job: Job, request: Request) -> tuple[int, Chunk]:
 class _ChoiceStream:
     """One choice's part of a stream: its tool-call parser and its logprobs' text offset."""
 
-    def __init__(self, tool_calls: bool) -> None:
-        self.calls = tools.CallStream() if tool_calls else None
+    def __init__(self, tool_calls: tuple[str, ...]) -> None:
+        self.calls = tools.CallStream(tool_calls) if tool_calls else None
         self.started, self.offset = False, 0
 
 
 async def _stream_events(job: Job, event: tuple[int, Chunk], fmt: responses.Formatter,
-                         usage_chunk: bool, tool_calls: bool = False):
+                         usage_chunk: bool, tool_calls: tuple[str, ...] = ()):
     """The SSE body: each choice's deltas and closing chunk (the last closing one with the
     usage), [DONE]. An error after the headers were sent is reported as an `error` event, as the
-    OpenAI API does. With `tool_calls`, text that may start a tool-call block is held until it is
-    one (sent as a call: its name, then its arguments) or is not (sent as text)."""
+    OpenAI API does. With `tool_calls` (tool names), text that may start a tool call is held
+    until it is one (sent as a call: its name, then its arguments) or is not (sent as text)."""
     streams = [_ChoiceStream(tool_calls) for _ in range(job.choices)]
     last: dict[int, Chunk] = {}
     try:

@@ -10,8 +10,13 @@ Templates that describe tools the Hermes way (Qwen2.5, Qwen3, Hermes: the templa
 one block per call. The server renders `tools` and the conversation's earlier calls and results
 with that template, parses the blocks of the answer into `tool_calls`, and, for `tool_choice`
 "required" or a named function, constrains the answer with a grammar built from the functions'
-JSON-schema parameters, so the call is always well formed. A model whose template has no tool
-format gets a 400.
+JSON-schema parameters, so the call is always well formed (a named function: called once). A
+model whose template has no tool format gets a 400.
+
+Qwen2.5-Coder, though its template asks for those blocks, often answers a tool question with the
+call alone: bare, in a ```json fence or in <tools> tags (vLLM issue 32926 measures it; llama.cpp's
+server takes bare calls too). An answer that is nothing but such calls, each naming a declared
+tool, is read as those calls; anything else around them, or a name not declared, leaves it text.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,8 +72,9 @@ def template_messages(messages: list[dict]) -> list[dict]:
 def call_grammar(tools: list[dict], only: str | None, parallel: bool,
                  marks: tuple[str, str]) -> str:
     """A Lark grammar (llguidance's `%json`) of one or more tool-call blocks (one when not
-    `parallel`) between the `markers`, each naming a function of `tools` (only `only` when
-    given) with arguments valid against its parameters."""
+    `parallel`, or when a function is named: `only`, as OpenAI calls a named function once)
+    between the `markers`, each naming a function of `tools` with arguments valid against its
+    parameters."""
     functions = [t["function"] for t in tools if only is None or t["function"]["name"] == only]
     if not functions:
         raise InvalidParameterError(f"tool_choice names {only!r}, which is not among the tools")
@@ -76,7 +83,7 @@ def call_grammar(tools: list[dict], only: str | None, parallel: bool,
                              "arguments": f.get("parameters") or {"type": "object"}}}
              for f in functions]
     schema = {"x-guidance": JSON_OPTIONS, **(calls[0] if len(calls) == 1 else {"anyOf": calls})}
-    repeat = ' ("\\n" call)*' if parallel else ""
+    repeat = ' ("\\n" call)*' if parallel and only is None else ""
     return (f"start: call{repeat}\n"
             f'call: {marks[0]} "\\n" %json {json.dumps(schema)} "\\n" {marks[1]}\n')
 
@@ -93,9 +100,14 @@ class ToolCall:
                 "function": {"name": self.name, "arguments": self.arguments}}
 
 
-def parse(text: str) -> tuple[str | None, list[ToolCall]]:
+def parse(text: str, names: Collection[str] = ()) -> tuple[str | None, list[ToolCall]]:
     """The answer's prose (None when there is none) and its well-formed tool-call blocks; a
-    block that is not a call stays in the prose."""
+    block that is not a call stays in the prose. Without blocks, an answer of bare calls naming
+    tools of `names` (`bare_calls`) is those calls."""
+    if OPEN not in text:
+        bare = bare_calls(text, names)
+        if bare:
+            return None, bare
     calls, prose, at = [], [], 0
     for match in _BLOCK.finditer(text):
         call = _call(match.group(1))
@@ -111,9 +123,19 @@ def parse(text: str) -> tuple[str | None, list[ToolCall]]:
 
 def _call(block: str) -> ToolCall | None:
     try:
-        obj = json.loads(block)
+        return _call_of(json.loads(_unbraced(block.strip())))
     except ValueError:
         return None
+
+
+def _unbraced(text: str) -> str:
+    """A call in doubled braces without its outer pair: Qwen2.5's template shows the call as
+    `{{"name": <function-name>, "arguments": <args-json-object>}}` (a format string's escaped
+    braces, printed as they are), and models answer in kind."""
+    return text[1:-1] if text.startswith("{{") and text.endswith("}}") else text
+
+
+def _call_of(obj: Any) -> ToolCall | None:
     if not (isinstance(obj, dict) and isinstance(obj.get("name"), str)
             and isinstance(obj.get("arguments", {}), dict)):
         return None
@@ -121,16 +143,89 @@ def _call(block: str) -> ToolCall | None:
                     "call_" + uuid.uuid4().hex[:24])
 
 
+# what such an answer may wrap its calls in: a json fence, or the <tools> tags the template puts
+# around the tools' descriptions
+_WRAPPERS = (re.compile(r"```(?:json)?[ \t]*\n(.*?)\s*```", re.S),
+             re.compile(r"<tools>\s*(.*?)\s*</tools>", re.S))
+_DECODER = json.JSONDecoder()
+
+
+def bare_calls(text: str, names: Collection[str]) -> list[ToolCall]:
+    """The calls of an answer that is nothing but calls naming tools of `names`: JSON objects
+    of the call's shape, one after another or in one array: bare, in one ```json fence or in
+    <tools> tags; [] for any other answer."""
+    body = text.strip()
+    for wrapper in _WRAPPERS:
+        wrapped = wrapper.fullmatch(body)
+        if wrapped:
+            body = wrapped.group(1)
+            break
+    body, values, at = _unbraced(body.strip()), [], 0
+    while at < len(body):
+        try:
+            value, at = _DECODER.raw_decode(body, at)
+        except ValueError:
+            return []
+        values += value if isinstance(value, list) else [value]
+        while at < len(body) and body[at] in " \t\r\n":
+            at += 1
+    calls = []
+    for value in values:
+        call = _call_of(value)
+        if call is None or call.name not in names:
+            return []
+        calls.append(call)
+    return calls
+
+
+def _opens_bare_call(held: str, names: Collection[str]) -> bool | None:
+    """Whether an answer beginning with `held` opens with a bare call naming a tool of `names`
+    (`bare_calls`): True once its first object is one, False once it cannot be, None while
+    not yet known."""
+    body = held.lstrip()
+    if body.startswith("`"):  # a fence: its first line must be one of a json fence
+        line, newline, rest = body.partition("\n")
+        if not newline:
+            return None if "```json".startswith(line.rstrip()) else False
+        if line.strip() not in ("```", "```json"):
+            return False
+        body = rest.lstrip()
+    elif body.startswith("<"):  # <tools> (where <tool_call> parts, the blocks' parser takes it)
+        if not body.startswith("<tools>"):
+            return None if "<tools>".startswith(body) else False
+        body = body[len("<tools>"):].lstrip()
+    if body.startswith(("[", "{{")):
+        body = body[1:].lstrip()
+    if not body:
+        return None
+    if not body.startswith("{"):
+        return False
+    try:
+        value, _ = _DECODER.raw_decode(body)
+    except ValueError:
+        return None  # not whole yet (or never: then the end decides, `CallStream.flush`)
+    call = _call_of(value)
+    return call is not None and call.name in names
+
+
 class CallStream:
     """Splits streamed text into prose deltas and whole tool calls: text that may begin a
-    `<tool_call>` block is held until the block closes (then a call) or cannot be one (prose)."""
+    `<tool_call>` block is held until the block closes (then a call) or cannot be one (prose).
+    With tool `names`, an answer that opens like bare calls (`bare_calls`) is held to its end,
+    then sent as those calls, or as text if it is not only calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Collection[str] = ()) -> None:
         self.held = ""
         self.calls = 0
+        self.names = names
+        self.bare: bool | None = None if names else False  # the answer is bare calls
 
     def push(self, text: str) -> list[str | ToolCall]:
         self.held += text
+        if self.bare is None:
+            self.bare = _opens_bare_call(self.held, self.names)
+        if self.bare is not False:
+            return []
         out: list[str | ToolCall] = []
         while self.held:
             start = self.held.find(OPEN)
@@ -155,7 +250,10 @@ class CallStream:
             out.extend(calls or [block])
         return [o for o in out if not (isinstance(o, str) and not o)]
 
-    def flush(self) -> str:
-        """What is still held at the end: prose."""
+    def flush(self) -> list[str | ToolCall]:
+        """What is still held at the end: bare calls, or prose."""
         held, self.held = self.held, ""
-        return held
+        calls = bare_calls(held, self.names) if self.bare is not False else []
+        for call in calls:
+            call.index, self.calls = self.calls, self.calls + 1
+        return calls or [held]

@@ -1,0 +1,134 @@
+"""What agent and structured-output libraries get from `specdecode serve`, used as their users use
+them (issue 54): LangChain's `with_structured_output` (json_schema, function_calling, json_mode)
+and `bind_tools` (whole and streamed), instructor's four OpenAI modes, and the OpenAI Agents SDK
+(a tool-using agent, whole and streamed, and a typed output). Greedy, one address and one weather
+question. The libraries live in their own venv (they pin their own `openai`):
+
+    python -m venv /tmp/clients
+    /tmp/clients/bin/pip install openai-agents==0.24.0 instructor==1.17.0 langchain-openai==1.7.4
+    specdecode serve --model qwen2.5-coder-1.5b --port 8811 &
+    /tmp/clients/bin/python docs/benchmarks/clients/clients.py http://127.0.0.1:8811/v1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+
+from pydantic import BaseModel
+
+BASE = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8811/v1"
+ADDRESS = "Hauptstrasse 12, Berlin, Germany"
+WEATHER = "What is the weather in Paris?"
+
+
+class Address(BaseModel):
+    street: str
+    city: str
+    country: str
+
+
+def model_id() -> str:
+    from openai import OpenAI
+
+    return OpenAI(base_url=BASE, api_key="x").models.list().data[0].id
+
+
+def langchain_structured(model: str) -> dict:
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(model=model, base_url=BASE, api_key="x", temperature=0, max_tokens=64)
+    prompt = f"Extract the address as JSON with keys street, city, country: {ADDRESS}"
+    return {method: _outcome(lambda: llm.with_structured_output(Address, method=method)
+                             .invoke(prompt))
+            for method in ("json_schema", "function_calling", "json_mode")}
+
+
+def langchain_tools(model: str) -> dict:
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the weather in a city."""
+        return "sunny"
+
+    def llm(streaming: bool):
+        return ChatOpenAI(model=model, base_url=BASE, api_key="x", temperature=0, max_tokens=64,
+                          streaming=streaming).bind_tools([get_weather])
+
+    def streamed():
+        pieces = list(llm(True).stream(WEATHER))
+        return sum(pieces[1:], pieces[0]).tool_calls
+
+    return {"whole": _outcome(lambda: llm(False).invoke(WEATHER).tool_calls),
+            "streamed": _outcome(streamed)}
+
+
+def instructor_modes(model: str) -> dict:
+    import instructor
+    from openai import OpenAI
+
+    out = {}
+    for mode in (instructor.Mode.TOOLS, instructor.Mode.JSON, instructor.Mode.JSON_SCHEMA,
+                 instructor.Mode.MD_JSON):
+        client = instructor.from_openai(OpenAI(base_url=BASE, api_key="x"), mode=mode)
+        out[mode.name] = _outcome(lambda: client.chat.completions.create(
+            model=model, response_model=Address, max_tokens=64, temperature=0,
+            messages=[{"role": "user", "content": ADDRESS}]))
+    return out
+
+
+def agents_sdk(model: str) -> dict:
+    from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, Runner,
+                        function_tool, set_tracing_disabled)
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    chat = OpenAIChatCompletionsModel(model=model, openai_client=AsyncOpenAI(base_url=BASE,
+                                                                             api_key="x"))
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the weather in a city."""
+        return f"It is sunny in {city}."
+
+    greedy = ModelSettings(temperature=0)  # the SDK sends no temperature: OpenAI's default, 1
+    agent = Agent(name="weather", instructions="Use the tools to answer.", tools=[get_weather],
+                  model=chat, model_settings=greedy)
+    typed = Agent(name="extract", instructions="Extract the address.", output_type=Address,
+                  model=chat, model_settings=greedy)
+
+    async def streamed():
+        run = Runner.run_streamed(agent, WEATHER, max_turns=3)
+        async for _ in run.stream_events():
+            pass
+        return run.final_output
+
+    return {"tool agent": _outcome(lambda: Runner.run_sync(agent, WEATHER,
+                                                           max_turns=3).final_output),
+            "tool agent, streamed": _outcome(lambda: asyncio.run(streamed())),
+            "typed output": _outcome(lambda: Runner.run_sync(typed, ADDRESS,
+                                                             max_turns=2).final_output)}
+
+
+def _outcome(run: Callable[[], object]) -> object:
+    try:
+        return run()
+    except Exception as exc:  # a library's failure is the finding, reported as such
+        return f"FAILED {type(exc).__name__}: {str(exc)[:200]}"
+
+
+def main() -> None:
+    model = model_id()
+    print(f"# {BASE}, model {model}")
+    for name, check in (("LangChain with_structured_output", langchain_structured),
+                        ("LangChain bind_tools", langchain_tools),
+                        ("instructor", instructor_modes), ("OpenAI Agents SDK", agents_sdk)):
+        for case, result in check(model).items():
+            print(f"{name} / {case}: {result!r}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
