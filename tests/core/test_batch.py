@@ -185,14 +185,41 @@ def test_a_fork_of_a_one_token_prompt_simply_joins():
     assert collect(results[id(first)]).token_ids == collect(results[id(second)]).token_ids
 
 
-def test_a_fork_of_another_prompt_or_after_the_prefill_is_refused():
+def test_a_fork_of_a_prompt_kept_whole_shares_its_cache_and_each_equals_its_seeded_run():
+    # the server's n > 1 on a prompt asked before: the first choice needs no prefill (all of its
+    # prompt is kept), and the others used to be refused with a 500
+    from specdecode.core.prefix_cache import PrefixCache
+
+    t = MockTarget(vocab=16, layers=2, max_length=256, seed=5)
+    t.row_invariant = True  # kept caches: here only the same prompt's, read in the same chunks
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6] * 4
+    configs = [GenerationConfig(12, SamplingParams(0.8), seed=s) for s in (1, 2, 3)]
+    alone = [generate(t, NoDrafter(), prompt, c, None) for c in configs]
+    batch = Batch(t, prefixes=PrefixCache(1000))
+    batch.join(Request(prompt, configs[0], NoDrafter(), None))
+    while len(batch):
+        batch.step()
+    first = batch.join(Request(prompt, configs[0], NoDrafter(), None))
+    assert first.stats.cached_prompt_tokens == len(prompt) - 1
+    seqs = [first] + [batch.fork(first, Request(prompt, c, NoDrafter(), None))
+                      for c in configs[1:]]
+    parts: dict = {id(s): [] for s in seqs}
+    while len(batch):
+        for seq, chunk in batch.step():
+            parts[id(seq)].append(chunk)
+    assert [collect(parts[id(s)]).token_ids for s in seqs] == [r.token_ids for r in alone]
+
+
+def test_a_fork_of_another_prompt_or_after_its_sequence_decoded_is_refused():
     t = MockTarget(vocab=16, layers=2, max_length=256, seed=5)
     batch = Batch(t)
     first = batch.join(Request([1, 2, 3], GenerationConfig(5), NoDrafter(), None))
     with pytest.raises(ValueError, match="prompt must be"):
         batch.fork(first, Request([1, 2, 4], GenerationConfig(5), NoDrafter(), None))
-    batch.step()
-    with pytest.raises(ValueError, match="before its sequence's prompt is read"):
+    batch.step()  # the prompt is read: a fork still shares it
+    batch.fork(first, Request([1, 2, 3], GenerationConfig(5), NoDrafter(), None))
+    batch.step()  # both decode
+    with pytest.raises(ValueError, match="before its sequence decodes"):
         batch.fork(first, Request([1, 2, 3], GenerationConfig(5), NoDrafter(), None))
 
 

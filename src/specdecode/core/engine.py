@@ -391,19 +391,23 @@ class Batch:
     def fork(self, seq: SequenceState, request: Request) -> SequenceState:
         """Admit `request`, whose prompt is `seq`'s (another choice of one request), to share
         seq's prefill: it takes a copy of seq's cache once seq's prompt is in it (one prefill for
-        all) and decodes from then on. Call before seq's prefill is done."""
+        all; at once where that needed no prefill: a one-token prompt, or one kept whole) and
+        decodes from then on. Call before seq's prefill is done and before it decodes."""
         if list(request.prompt) != seq.tokens[: seq.prompt_length].tolist():
             raise ValueError("a fork's prompt must be its sequence's")
-        if id(seq) not in self.forks:
-            if seq.cache.length:
-                raise ValueError("a fork must join before its sequence's prompt is read")
-            return self.join(request)  # a one-token prompt: nothing to read, nothing to share
+        waiting = self.forks.get(id(seq))
+        if waiting is None and (seq.stats.target_forwards or seq.finish_reason):
+            raise ValueError("a fork must join before its sequence decodes")
         limit = None if self.speculation == "off" else request.limit
         entry = _Entry(request.drafter, admit(self.target, request.drafter, request.prompt,
                                               request.config, limit, self.decode),
                        time.perf_counter())
-        self.forks[id(seq)].append(entry)
-        seq.forks.append(entry.seq)
+        if waiting is None:  # seq's prompt is in its cache already, and seq has not decoded
+            entry.seq.cache = seq.cache.copy()
+            self._prefilled(entry)
+        else:
+            waiting.append(entry)
+            seq.forks.append(entry.seq)
         return entry.seq
 
     def _prefilled(self, entry: _Entry) -> None:

@@ -192,3 +192,15 @@ def test_a_conversations_next_turn_reports_the_prompt_tokens_it_took_from_the_ca
     assert second.usage.prompt_tokens == len(ids)
     ref = reference(reference_model, ids, max_new_tokens=8)
     assert second.choices[0].message.content == ref.text  # what a whole prefill gives
+
+
+def test_n_choices_of_a_prompt_asked_before_share_its_kept_cache(served_model):
+    # the whole prompt kept from the first request: its choices need no prefill (this was a 500)
+    with running(create_app(served_model, prefix_cache_tokens=4096)) as srv, \
+            openai.OpenAI(base_url=srv.v1, api_key="x", max_retries=0, timeout=60) as client:
+        ask = dict(model=served_model.name, messages=[{"role": "user", "content": PROMPT}],
+                   max_tokens=8, temperature=0.9, seed=7, n=2)
+        first, again = (client.chat.completions.create(**ask) for _ in range(2))
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    assert [c.message.content for c in again.choices] == [
+        c.message.content for c in first.choices]
