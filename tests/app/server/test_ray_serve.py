@@ -10,6 +10,7 @@ import json
 import signal
 import time
 from collections import Counter
+from itertools import count
 
 import httpx
 import openai
@@ -171,22 +172,32 @@ def test_a_replica_killed_under_load_loses_no_request_and_is_replaced(ray_url):
 
 
 def test_every_replicas_metrics_are_exported_by_ray_labelled_by_replica(ray_url):
-    with httpx.Client(base_url=ray_url, timeout=60) as client:
-        for i in range(4):  # new conversations: spread over both replicas
-            client.post("/v1/chat/completions", json={
-                "messages": [{"role": "user", "content": f"Count to {i}."}], "max_tokens": 4,
-                "temperature": 0}).raise_for_status()
-        through_proxy = client.get("/metrics")
+    through_proxy = httpx.get(ray_url + "/metrics", timeout=30)
     assert through_proxy.status_code == 404
     assert "--metrics-export-port" in through_proxy.json()["error"]["message"]
-    deadline = time.monotonic() + 60
-    replicas: set[str] = set()
-    while len(replicas) < 2:
-        assert time.monotonic() < deadline, f"replicas exported: {replicas}"
-        time.sleep(1)
-        text = httpx.get(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).text
-        replicas = {line.split('replica="')[1].split('"')[0] for line in text.splitlines()
-                    if line.startswith("ray_specdecode_generated_tokens_total{")}
+    # new conversations until each replica answered one, then until Ray exported what both
+    # counted: a replica that replaced a killed one reaches the ingress's router a while after
+    # Ray reports it running, and until then every request goes to the other
+    answered: set[str] = set()
+    exported: set[str] = set()
+    text = ""
+    deadline = time.monotonic() + 90
+    with httpx.Client(base_url=ray_url, timeout=60) as client:
+        for i in count():
+            if len(answered) == 2 and answered <= exported:
+                break
+            assert time.monotonic() < deadline, f"answered by {answered}, exported {exported}"
+            if len(answered) < 2:
+                r = client.post("/v1/chat/completions", json={
+                    "messages": [{"role": "user", "content": f"Count to {i}."}],
+                    "max_tokens": 4, "temperature": 0})
+                r.raise_for_status()
+                answered.add(r.headers[ray_serve.REPLICA_HEADER])
+            else:
+                time.sleep(1)
+            text = httpx.get(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).text
+            exported = {line.split('replica="')[1].split('"')[0] for line in text.splitlines()
+                        if line.startswith("ray_specdecode_generated_tokens_total{")}
     assert "ray_specdecode_time_to_first_token_seconds_bucket{" in text, \
         [line for line in text.splitlines() if "first_token" in line]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import httpx
 from server_helpers import assert_openai_error, check_stream, running, stream_post
@@ -49,7 +49,9 @@ def test_full_queue_answers_503_then_recovers(slow_decoder):
         with ThreadPoolExecutor(4) as pool:  # one fits in the queue, the others are turned away
             futures = [pool.submit(httpx.post, url, json={"prompt": "hi", "max_tokens": 2},
                                    timeout=60) for _ in range(4)]
-            time.sleep(0.5)
+            # the first answer is a 503, at once, while the long one holds the engine (a fixed
+            # sleep was too short for 4 connections on a busy machine: all came after the close)
+            wait(futures, timeout=30, return_when=FIRST_COMPLETED)
             running_stream.close()  # drop the long one, so the queued request runs soon
             responses = [f.result() for f in futures]
         statuses = sorted(r.status_code for r in responses)
