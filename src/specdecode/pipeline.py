@@ -106,6 +106,7 @@ class SpecDecoder:
         max_draft_nodes: int | None = None,
         max_draft_depth: int | None = None,
         grammar: Grammar | None = None,
+        prediction: str | list[int] | None = None,
     ) -> Request:
         """One generation's request: a str prompt is tokenized (with the chat template unless
         chat=False), a list is token ids; `max_draft_nodes` / `max_draft_depth` replace the
@@ -113,10 +114,15 @@ class SpecDecoder:
         output; `penalties` (presence, frequency, repetition, logit bias) process the logits;
         `logprobs` / `prompt_logprobs` (alternatives per token, None: off) report the generated /
         prompt tokens' log-probabilities on the chunks (`core.logprobs`); `stop_token_ids` end
-        the output as the model's EOS does (a fill-in-the-middle's ends: `LoadedModel.fim`)."""
+        the output as the model's EOS does (a fill-in-the-middle's ends: `LoadedModel.fim`);
+        `prediction` (text, or token ids) is what the output is expected to repeat, such as the
+        file an edit rewrites: drafters that copy n-gram matches copy from it too (the output
+        is the same with or without it)."""
+        if isinstance(prediction, str):
+            prediction = self.model.encode_text(prediction)
         config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p, min_p),
                                   seed, tuple(stop), frozenset(stop_token_ids), grammar, penalties,
-                                  logprobs, prompt_logprobs)
+                                  logprobs, prompt_logprobs, tuple(prediction or ()))
         caps = self.caps(max_draft_nodes, max_draft_depth)
         limit = DraftLimit(caps.nodes, caps.depth, self.adaptive) if caps.nodes else None
         return Request(self.prompt_ids(prompt, chat), config, self.drafter, limit)

@@ -18,6 +18,13 @@ from specdecode.models.fim import FimTokens, fim_window
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 
 
+def sequence(context: list[int]) -> SimpleNamespace:
+    """What the drafter reads of a sequence (greedy, no grammar)."""
+    return SimpleNamespace(context=torch.tensor(context), config=GenerationConfig(),
+                           sampling=SamplingParams(), generator=None, drafter_state=None,
+                           constraint=None)
+
+
 def test_draft_model_greedy_output_equals_plain_greedy(make_target):
     config = GenerationConfig(30)
     plain = generate(make_target(11), NoDrafter(), PROMPT, config, None)
@@ -203,14 +210,10 @@ def test_a_step_drafted_from_a_match_leaves_the_draft_models_record_of_its_cache
         make_target):
     """After a draft-model step, a match-drafted step rolls the draft model's cache back; the
     tokens it holds must be forgotten too, or a later step 'keeps' more than the cache has."""
-    from types import SimpleNamespace
-
     from specdecode.core.budget import DraftBudget
-    from specdecode.core.sampling import SamplingParams
 
     drafter = DraftModel(make_target(12), ngram=2)
-    seq = SimpleNamespace(context=torch.tensor(PROMPT + [3, 1]), sampling=SamplingParams(),
-                          generator=None, drafter_state=None, constraint=None)
+    seq = sequence(PROMPT + [3, 1])
     drafter.start(seq)
     budget = DraftBudget(4, 4)
     first = drafter.propose(seq, budget)  # the draft model drafts (nothing measured yet)
@@ -275,14 +278,11 @@ def test_after_a_tree_step_the_draft_models_cache_holds_the_path_the_context_too
     """The entries kept of a tree are those of the accepted path, packed behind the prefix: the
     cache then matches feeding the context in one chain (to rounding: its rows attended to other
     cache places)."""
-    from types import SimpleNamespace
-
     from specdecode.core.budget import DraftBudget
 
     model = _native(tiny_llama)
     drafter = DraftModel(model, width=3)
-    seq = SimpleNamespace(context=torch.tensor(PROMPT), sampling=SamplingParams(),
-                          generator=None, drafter_state=None, constraint=None)
+    seq = sequence(PROMPT)
     drafter.start(seq)
     draft = drafter.propose(seq, DraftBudget(9, 4))
     deepest = max(range(len(draft)), key=lambda n: int(draft.tree.depths[n]))
@@ -303,13 +303,10 @@ def test_after_a_tree_step_the_draft_models_cache_holds_the_path_the_context_too
 
 
 def test_a_paused_draft_model_drafts_only_its_matches_and_runs_no_forward(make_target):
-    from types import SimpleNamespace
-
     from specdecode.core.budget import DraftBudget
 
     drafter = DraftModel(make_target(12), ngram=2)
-    seq = SimpleNamespace(context=torch.tensor(PROMPT + [3, 1]), sampling=SamplingParams(),
-                          generator=None, drafter_state=None, constraint=None)
+    seq = sequence(PROMPT + [3, 1])
     drafter.start(seq)
     paused = DraftBudget(4, 4, forwards=False)
     matched = drafter.propose(seq, paused)  # "3 1" went on "4 1 5 9" in the prompt
@@ -326,13 +323,10 @@ def test_the_draft_model_does_not_run_when_its_forward_costs_more_than_a_token_i
     """In a step shared by many sequences a token costs a fraction of the step: a draft-model
     forward that costs more than a whole token cannot pay, so none runs (it ran once per
     sequence and step before, drafting nothing, 8 clients' steps 3x slower)."""
-    from types import SimpleNamespace
-
     from specdecode.core.budget import DraftBudget
 
     drafter = DraftModel(make_target(12))
-    seq = SimpleNamespace(context=torch.tensor(PROMPT), sampling=SamplingParams(),
-                          generator=None, drafter_state=None, constraint=None)
+    seq = sequence(PROMPT)
     drafter.start(seq)
     drafter.clock.seconds = 0.01  # a draft-model forward: 10 ms
     alone = drafter.propose(seq, DraftBudget(4, 4, token_seconds=0.03))
@@ -345,14 +339,11 @@ def test_a_draft_model_priced_out_by_a_passing_slowdown_drafts_again_after_a_pro
     """A few seconds of other work on the cores can leave a forward's estimate where no token
     pays for it: without the probe's forward, nothing would ever time it again (the 1.5B pair
     stayed at τ 1.16 on every later request)."""
-    from types import SimpleNamespace
-
     from specdecode.core.budget import DraftBudget
     from specdecode.drafters.clock import ForwardClock
 
     drafter = DraftModel(make_target(12))
-    seq = SimpleNamespace(context=torch.tensor(PROMPT), sampling=SamplingParams(),
-                          generator=None, drafter_state=None, constraint=None)
+    seq = sequence(PROMPT)
     drafter.start(seq)
     drafter.clock.seconds = 1.0  # what the slowdown left: a second a forward
     budget = DraftBudget(4, 4, token_seconds=0.03)
@@ -369,8 +360,6 @@ def test_a_draft_model_priced_out_by_a_passing_slowdown_drafts_again_after_a_pro
 
 
 def test_a_negative_draft_option_is_refused_before_any_model_loads():
-    from types import SimpleNamespace
-
     from specdecode.errors import InvalidParameterError
 
     options = DraftModel.Options(draft_model="never-loaded", draft_context_tokens=-1)
@@ -388,12 +377,12 @@ def test_a_fim_prompt_keeps_its_shape_in_the_draft_models_window(make_target):
     drafter = DraftModel(make_target(12), window=12, fim=fim)
     result = generate(make_target(11), drafter, prompt, config, DraftLimit(4, 4))
     assert result.token_ids == plain.token_ids
-    seq = SimpleNamespace(context=torch.tensor(prompt), drafter_state=None)
+    seq = sequence(prompt)
     drafter.start(seq)
     drafter.prepare(seq)
     assert seq.drafter_state.cached.tolist() == fim_window(prompt, fim, 12)[:-1] == [
         13, 4, 5, 1, 2, 3, 4, 5, 14, 6, 7]  # the prefix's last 7, the suffix's first 2
-    seq = SimpleNamespace(context=torch.tensor(PROMPT * 3), drafter_state=None)
+    seq = sequence(PROMPT * 3)
     drafter.start(seq)
     drafter.prepare(seq)
     assert seq.drafter_state.cached.tolist() == (PROMPT * 3)[-12:-1]

@@ -21,7 +21,7 @@ from specdecode.errors import InvalidParameterError
 
 def on(context: torch.Tensor) -> SimpleNamespace:
     """What `propose` reads of a sequence: its context (and the drafter's state)."""
-    return SimpleNamespace(context=context, drafter_state=None)
+    return SimpleNamespace(config=GenerationConfig(), context=context, drafter_state=None)
 
 
 def t(*ids: int) -> torch.Tensor:
@@ -117,6 +117,19 @@ def test_tokens_the_step_did_not_score_are_not_counted_as_rejected():
     lookup.observe(seq, 1, 1)  # one of six scored, and accepted
     verdicts = seq.drafter_state.verdicts
     assert verdicts.tried == {(3, 0): 1} and verdicts.accepted == {(3, 0): 1}
+
+
+def test_a_prediction_of_the_output_is_drafted_from_and_changes_nothing(make_target):
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    plain = generate(make_target(), NoDrafter(), prompt, GenerationConfig(30), None)
+    runs = {}
+    for name, prediction in (("none", ()), ("the output", tuple(plain.token_ids))):
+        runs[name] = generate(make_target(), PromptLookup(3, 1), prompt,
+                              GenerationConfig(30, reference=prediction), DraftLimit(7, 7),
+                              cost=StepCost.linear(0.1))
+        assert runs[name].token_ids == plain.token_ids
+    assert runs["the output"].stats.accepted > runs["none"].stats.accepted
+    assert runs["the output"].stats.target_forwards < runs["none"].stats.target_forwards
 
 
 def test_lookup_greedy_output_equals_plain_greedy(make_target):

@@ -45,6 +45,14 @@ def test_the_index_is_cut_at_k_and_at_the_end_of_context():
     assert index.continuation(2, 2) == [3, 4] and index.continuation(2, 100) == [3, 4, 5, 1, 2]
 
 
+def test_a_reference_before_the_stream_is_matched_to_its_end_where_the_stream_has_no_match():
+    index = NgramIndex(3, before=[7, 8, 9, 4])
+    index.extend(t(1, 7, 8))
+    assert index.continuation(2, 5) == [9, 4]  # the reference's continuation, cut at its end
+    index.extend(t(1, 7, 8, 5, 7, 8))
+    assert index.continuation(2, 5) == [5, 7, 8]  # the stream's own later match wins
+
+
 def test_the_index_grown_step_by_step_agrees_with_a_scan_of_the_whole_context():
     import random
 

@@ -26,6 +26,7 @@ def seq(*ids: int, prompt: int | None = None) -> SimpleNamespace:
     tokens = torch.tensor(ids, dtype=torch.long)
     length = len(ids)
     return SimpleNamespace(tokens=tokens, length=length, drafter_state=None,
+                           config=GenerationConfig(),
                            generated=tokens[prompt or 0 : length].tolist())
 
 

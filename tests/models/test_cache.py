@@ -15,6 +15,7 @@ from target_helpers import OnCache
 
 from specdecode.core.budget import DraftBudget
 from specdecode.core.sampling import SamplingParams
+from specdecode.core.sequence import GenerationConfig
 from specdecode.drafters.draft_model import DraftModel
 from specdecode.models.cache import StaticKVCache
 from specdecode.models.decoder import NativeDecoder
@@ -205,7 +206,8 @@ def test_draft_model_cache_reuse_gives_same_greedy_draft_as_from_scratch(backend
 
     def sequence(context: list[int], drafter: DraftModel) -> SimpleNamespace:
         seq = SimpleNamespace(context=torch.tensor(context), sampling=SamplingParams(),
-                              generator=None, drafter_state=None, constraint=None)
+                              generator=None, drafter_state=None, constraint=None,
+                              config=GenerationConfig())
         drafter.start(seq)
         return seq
 

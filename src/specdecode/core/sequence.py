@@ -35,6 +35,9 @@ class GenerationConfig:
     # `core.logprobs`: None off, else each generated (prompt) token's and this many alternatives
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    # tokens the output is expected to repeat (OpenAI's predicted output): drafters that copy
+    # n-gram matches copy from them as from the context; the output is the target's regardless
+    reference: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < (0 if self.prompt_logprobs is not None else 1):

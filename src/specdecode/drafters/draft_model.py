@@ -188,7 +188,8 @@ class DraftModel(Drafter):
 
     def start(self, seq) -> None:
         seq.drafter_state = _State(self.model.new_cache(), torch.empty(0, dtype=torch.long),
-                                   MatchEvidence(NgramIndex(self.ngram)) if self.ngram else None)
+                                   MatchEvidence(NgramIndex(self.ngram, seq.config.reference))
+                                   if self.ngram else None)
 
     def prepare(self, seq) -> None:
         """Read the prompt (cut to `window` tokens, a fill-in-the-middle prompt around its

@@ -93,7 +93,7 @@ class PromptLookup(Drafter):
         return cls(options.ngram_max, options.ngram_min)
 
     def start(self, seq) -> None:
-        seq.drafter_state = MatchEvidence(NgramIndex(self.ngram_max))
+        seq.drafter_state = MatchEvidence(NgramIndex(self.ngram_max, seq.config.reference))
 
     def propose(self, seq, budget: DraftBudget) -> Draft:
         if seq.drafter_state is None:

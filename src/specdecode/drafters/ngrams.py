@@ -15,6 +15,7 @@ outweigh the prior.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Hashable
 
 import torch
@@ -27,18 +28,22 @@ class NgramIndex:
     """The n-grams of one growing stream (`extend`) and of any others counted in or out
     (`count`: a bounded memory of earlier outputs): key -> {next token: [count, stamp]}."""
 
-    def __init__(self, n_max: int) -> None:
+    def __init__(self, n_max: int, before: Sequence[int] = ()) -> None:
+        """`before`: tokens the stream may copy from as if they had come first (a reference
+        text); a match there is taken only where the stream itself has none later."""
         self.n_max = n_max
-        self.tokens: list[int] = []  # the stream `extend` grows
+        self.tokens: list[int] = list(before)  # `before`, then the stream `extend` grows
+        self.before = len(self.tokens)
         self.latest: dict[Key, int] = {}  # its n-grams with a continuation: where each last began
         self.next: dict[Key, dict[int, list[int]]] = {}
         self.clock = 0
+        self._count(self.tokens, 1, 1, stream=True)
 
     def extend(self, context: torch.Tensor) -> None:
         """context: [L] int64, the stream so far (what was seen, then new tokens)."""
-        seen = len(self.tokens)
+        seen = len(self.tokens) - self.before
         self.tokens += context[seen:].tolist()
-        self._count(self.tokens, seen, 1, stream=True)
+        self._count(self.tokens, self.before + seen, 1, stream=True)
 
     def count(self, tokens: list[int], start: int = 1, sign: int = 1) -> None:
         """Add (sign 1) or remove (-1) the continuation at each position >= start of another
@@ -68,7 +73,12 @@ class NgramIndex:
         if len(self.tokens) <= n:
             return []
         start = self.latest.get(tuple(self.tokens[-n:]))
-        return [] if start is None else self.tokens[start + n : start + n + k]
+        if start is None:
+            return []
+        end = start + n + k
+        if start + n <= self.before:  # a match in `before` continues to its end, not past it
+            end = min(end, self.before)
+        return self.tokens[start + n : end]
 
     def continuations(self, suffix: Key) -> tuple[int, list[int]]:
         """(n, tokens): the continuations of the longest n-gram ending `suffix` that was seen,

@@ -151,7 +151,7 @@ class SuffixTree(Drafter):
         return f"suffix tree (n-gram {o.ngram_max}, {o.branches} branches, {memory})"
 
     def start(self, seq) -> None:
-        seq.drafter_state = SuffixState(NgramIndex(self.options.ngram_max))
+        seq.drafter_state = SuffixState(NgramIndex(self.options.ngram_max, seq.config.reference))
 
     def observe_logits(self, seq, tokens: list[int], logits: torch.Tensor) -> None:
         """tokens [a + 1]: the pending token and the accepted path; logits [a + 1, V]: the

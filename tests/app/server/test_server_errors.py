@@ -119,6 +119,11 @@ BAD = {
     "gbnf_invalid": (C, {**P, "grammar": 'root ::= "yes" | ('}, 400, None, "cannot be compiled"),
     "two_output_formats": (C, {**P, "grammar": 'root ::= "a"', "json_schema": {}}, 400, None,
                            "not json_schema and grammar"),
+    "prediction_of_an_unknown_type": (CH, {**M, "prediction": {"type": "diff", "content": "x"}},
+                                      400, "prediction.type", None),
+    "prediction_of_an_image": (CH, {**M, "prediction": {"type": "content", "content": [
+        {"type": "image_url", "image_url": {"url": "x"}}]}}, 400, "prediction.content",
+        "list of text parts"),
 }
 
 

@@ -160,6 +160,18 @@ def test_streamed_chat_with_system_message(client, model_id, reference_model):
     assert chunks[-1].usage.completion_tokens == ref.stats.new_tokens
 
 
+def test_a_prediction_of_the_answer_leaves_it_unchanged_and_takes_fewer_steps(client, model_id):
+    messages = [{"role": "user", "content": "Write the numbers from one to ten in words."}]
+    ask = dict(model=model_id, messages=messages, max_tokens=24, temperature=0)
+    plain = client.chat.completions.create(**ask)
+    answer = plain.choices[0].message.content
+    predicted = client.chat.completions.create(
+        **ask, prediction={"type": "content", "content": [{"type": "text", "text": answer}]})
+    assert predicted.choices[0].message.content == answer
+    steps = [speculative(r.usage)["target_forwards"] for r in (plain, predicted)]
+    assert steps[1] < steps[0], steps
+
+
 def test_model_field_may_be_omitted(server):
     r = httpx.post(server.v1 + "/chat/completions", timeout=60,
                    json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})

@@ -396,7 +396,8 @@ def _sampling_params(body: GenerationRequest, context_length: int, chat: bool) -
     return dict(max_new_tokens=limit, temperature=body.temperature, top_k=max(body.top_k, 0),
                 top_p=body.top_p, min_p=body.min_p, seed=body.seed, stop=body.stop_strings,
                 penalties=body.penalties, logprobs=body.token_logprobs,
-                prompt_logprobs=body.prompt_logprobs)
+                prompt_logprobs=body.prompt_logprobs,
+                prediction=body.prediction.content if body.prediction else None)
 
 
 async def _generate(request: Request, body: GenerationRequest,

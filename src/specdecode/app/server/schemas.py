@@ -40,6 +40,33 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
 
 
+def _text(content: Any) -> str:
+    """OpenAI's text content in either shape: a string, or a list of text parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    raise ValueError("content must be a string or a list of text parts "
+                     '({"type": "text", "text": ...}); other parts are not supported')
+
+
+class Prediction(_Strict):
+    """OpenAI's predicted output: text the answer is expected to repeat, such as the file an edit
+    rewrites. The drafters copy from it (`GenerationConfig.reference`); the answer is the same
+    with or without it."""
+
+    type: Literal["content"]
+    content: Any
+
+    @field_validator("content")
+    @classmethod
+    def _text_only(cls, content: Any) -> str:
+        return _text(content)
+
+
 class SpeculativeOptions(_Strict):
     """Extension: which drafter serves this request and its draft caps (default: the server's
     --method, --max-draft-nodes and --max-draft-depth)."""
@@ -101,6 +128,7 @@ class GenerationRequest(_Strict):
     frequency_penalty: Number = Field(0.0, ge=PENALTY_RANGE[0], le=PENALTY_RANGE[1])
     repetition_penalty: Number = Field(1.0, gt=0)
     logit_bias: dict[str, Number] | None = None  # token id (as a string) -> added to its logit
+    prediction: Prediction | None = None  # OpenAI's (chat); /v1/completions takes it too
 
     # Fields that take several shapes are typed Any and checked by hand: a pydantic union reports
     # one error per member ("stop.str: ..., stop.list[str]: ..."), which reads badly as `param`.
@@ -253,15 +281,7 @@ class ChatMessage(_Strict):
     @field_validator("content")
     @classmethod
     def _text_only(cls, content: Any) -> str:
-        if content is None or isinstance(content, str):
-            return content or ""
-        if isinstance(content, list) and all(
-            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-            for p in content
-        ):
-            return "".join(p["text"] for p in content)
-        raise ValueError("content must be a string or a list of text parts "
-                         '({"type": "text", "text": ...}); other parts are not supported')
+        return "" if content is None else _text(content)
 
 
 class FunctionDefinition(_Strict):
