@@ -159,6 +159,16 @@ def test_unknown_routes(client, method, path, status):
     assert_openai_error(client.request(method, path), status)
 
 
+def test_an_unknown_route_is_named_with_the_routes_served_and_the_responses_api_with_its_way_out(
+        client):
+    error = assert_openai_error(client.post("/v1/embeddings", json={"input": "hi"}), 404)
+    assert error["message"].startswith("no route POST /v1/embeddings; this server has ")
+    assert "POST /v1/chat/completions" in error["message"]
+    assert "GET /v1/models" in error["message"] and "Responses API" not in error["message"]
+    error = assert_openai_error(client.post("/v1/responses", json={"input": "hi"}), 404)
+    assert "the Responses API is not served" in error["message"]
+
+
 # every field of a request set to values of every JSON type: never a 5xx
 FUZZ_VALUES = [None, True, -1, 0, 1, 1.5, 10**30, "", "x", [], [1], ["x"], {}, {"a": 1}]
 FUZZ_FIELDS = ["model", "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k",

@@ -600,13 +600,31 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return APIError(exc.status_code, str(exc.detail), code=code,
+        message = str(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":  # no route: say which there are
+            message = _no_route(app, request)
+        return APIError(exc.status_code, message, code=code,
                         headers=getattr(exc, "headers", None)).response()
 
     for kind in (APIError, SpecDecodeError, ServerBusyError, ServerShutdownError,
                  RequestTimeoutError, InternalError):
         app.add_exception_handler(kind, _known_error)
     app.add_exception_handler(Exception, _unexpected_error)
+
+
+# clients that default to OpenAI's Responses API, and the setting that moves each to the chat API
+RESPONSES_API = ("the Responses API is not served: point the client at /v1/chat/completions "
+                 "(the OpenAI Agents SDK: set_default_openai_api('chat_completions'); the AI "
+                 "SDK: @ai-sdk/openai-compatible, or openai.chat(model))")
+
+
+def _no_route(app: FastAPI, request: Request) -> str:
+    """A 404's message: the route asked for, and the routes this server has."""
+    served = ", ".join(f"{method} {route.path.replace(':path', '')}" for route in app.routes
+                       if route.path.startswith(("/v1/", "/infill", "/health", "/metrics"))
+                       for method in sorted(getattr(route, "methods", ())))
+    hint = f"; {RESPONSES_API}" if request.url.path.rstrip("/").endswith("/responses") else ""
+    return f"no route {request.method} {request.url.path}{hint}; this server has {served}"
 
 
 async def _known_error(request: Request, exc: Exception) -> JSONResponse:
