@@ -1,13 +1,18 @@
 """What agent and structured-output libraries get from `specdecode serve`, used as their users use
 them (issue 54): LangChain's `with_structured_output` (json_schema, function_calling, json_mode)
 and `bind_tools` (whole and streamed), instructor's four OpenAI modes, and the OpenAI Agents SDK
-(a tool-using agent, whole and streamed, and a typed output). Greedy, one address and one weather
-question. The libraries live in their own venv (they pin their own `openai`):
+(a tool-using agent, whole and streamed, and a typed output), and LiteLLM's `completion` (text,
+streamed with usage, tools, a pydantic response format, a prediction). Greedy, one address and one
+weather question. The libraries live in their own venv (they pin their own `openai`):
 
     python -m venv /tmp/clients
-    /tmp/clients/bin/pip install openai-agents==0.24.0 instructor==1.17.0 langchain-openai==1.7.4
+    /tmp/clients/bin/pip install openai-agents==0.24.0 instructor==1.17.0 langchain-openai==1.7.4 \
+        litellm==1.110.2
     specdecode serve --model qwen2.5-coder-1.5b --port 8811 &
-    /tmp/clients/bin/python docs/benchmarks/clients/clients.py http://127.0.0.1:8811/v1
+    /tmp/clients/bin/python docs/benchmarks/clients/clients.py http://127.0.0.1:8811/v1 [LIBRARY...]
+
+(LIBRARY: the first word of a section's name, e.g. LiteLLM; default all.) The Vercel AI SDK, in
+JavaScript, is `ai_sdk.mjs` beside this file.
 """
 
 from __future__ import annotations
@@ -113,6 +118,40 @@ def agents_sdk(model: str) -> dict:
                                                              max_turns=2).final_output)}
 
 
+def litellm_checks(model: str) -> dict:
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
+    import litellm
+
+    ask = dict(model=f"openai/{model}", api_base=BASE, api_key="x", temperature=0, max_tokens=64)
+    address = [{"role": "user", "content": f"Extract the address: {ADDRESS}"}]
+    weather = [{"role": "user", "content": WEATHER}]
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "Get the weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}]
+
+    def streamed():
+        chunks = list(litellm.completion(**ask, messages=weather, stream=True,
+                                         stream_options={"include_usage": True}))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        return text, chunks[-1].usage.completion_tokens
+
+    def call(**more):
+        message = litellm.completion(**ask, **more).choices[0].message
+        calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or ()]
+        return calls or message.content
+
+    return {"text": _outcome(lambda: call(messages=weather)),
+            "streamed with usage": _outcome(streamed),
+            "tools": _outcome(lambda: call(messages=weather, tools=tools)),
+            "response_format pydantic": _outcome(lambda: call(messages=address,
+                                                              response_format=Address)),
+            "prediction": _outcome(lambda: call(messages=address, prediction={
+                "type": "content", "content": '{"street": "Hauptstrasse 12"}'}))}
+
+
 def _outcome(run: Callable[[], object]) -> object:
     try:
         return run()
@@ -123,9 +162,13 @@ def _outcome(run: Callable[[], object]) -> object:
 def main() -> None:
     model = model_id()
     print(f"# {BASE}, model {model}")
+    wanted = sys.argv[2:]
     for name, check in (("LangChain with_structured_output", langchain_structured),
                         ("LangChain bind_tools", langchain_tools),
-                        ("instructor", instructor_modes), ("OpenAI Agents SDK", agents_sdk)):
+                        ("instructor", instructor_modes), ("OpenAI Agents SDK", agents_sdk),
+                        ("LiteLLM", litellm_checks)):
+        if wanted and name.split()[0] not in wanted:
+            continue
         for case, result in check(model).items():
             print(f"{name} / {case}: {result!r}", flush=True)
 

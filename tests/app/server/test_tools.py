@@ -159,6 +159,8 @@ def test_the_required_call_grammar_accepts_well_formed_calls_only(qwen_tokenizer
     time_call = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
     assert accepts(grammar, tokenizer, CALL)
     assert accepts(grammar, tokenizer, CALL + "\n" + time_call)
+    assert accepts(grammar, tokenizer, CALL + "\n")  # a newline may end it, not two
+    assert not accepts(grammar, tokenizer, CALL + "\n\n")
     assert not accepts(grammar, tokenizer, CALL.replace('"city"', '"town"'))
     assert not accepts(grammar, tokenizer, CALL.replace("get_weather", "get_wether"))
     assert not accepts(grammar, tokenizer, "It is sunny.")

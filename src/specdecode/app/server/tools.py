@@ -84,7 +84,9 @@ def call_grammar(tools: list[dict], only: str | None, parallel: bool,
              for f in functions]
     schema = {"x-guidance": JSON_OPTIONS, **(calls[0] if len(calls) == 1 else {"anyOf": calls})}
     repeat = ' ("\\n" call)*' if parallel and only is None else ""
-    return (f"start: call{repeat}\n"
+    # a newline may end the answer: Qwen2.5-Coder writes one after its last block before it
+    # stops, and a grammar that took a newline only before another block made it call on and on
+    return (f"start: call{repeat} \"\\n\"?\n"
             f'call: {marks[0]} "\\n" %json {json.dumps(schema)} "\\n" {marks[1]}\n')
 
 
