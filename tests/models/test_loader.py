@@ -58,6 +58,21 @@ def test_eos_ids_include_the_generation_config(tmp_path, tiny_real_vocab_model):
     assert model.tokenizer.eos_token_id in model.eos_token_ids
 
 
+@pytest.mark.real_model
+def test_a_qwen_gguf_ends_where_its_generation_config_ends_at_end_of_text_too():
+    """Qwen2.5's generation_config.json ends on <|im_end|> and <|endoftext|>; its GGUF file names
+    the first only: without the second, plain decoding wrote on past the model's end."""
+    from specdecode.core.penalties import Penalties
+    from specdecode.pipeline import SpecDecoder
+
+    model = load_model("qwen2.5-coder-0.5b")
+    end_of_text = model.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert {model.tokenizer.convert_tokens_to_ids("<|im_end|>"), end_of_text} <= model.eos_token_ids
+    forced = Penalties(bias=((end_of_text, 100.0),))  # the model's first token: end of text
+    result = SpecDecoder(model, "ar").generate("Hi", max_new_tokens=4, penalties=forced)
+    assert (result.finish_reason, result.token_ids) == ("stop", [])
+
+
 @pytest.fixture(scope="module")
 def tiny_wide_model(tmp_path_factory, default_model):
     """A tiny random Llama whose rows split into blocks of 32 (hidden size 64)."""

