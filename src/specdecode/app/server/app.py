@@ -396,8 +396,7 @@ def _sampling_params(body: GenerationRequest, context_length: int, chat: bool) -
     return dict(max_new_tokens=limit, temperature=body.temperature, top_k=max(body.top_k, 0),
                 top_p=body.top_p, min_p=body.min_p, seed=body.seed, stop=body.stop_strings,
                 penalties=body.penalties, logprobs=body.token_logprobs,
-                prompt_logprobs=body.prompt_logprobs,
-                prediction=body.prediction.content if body.prediction else None)
+                prompt_logprobs=body.prompt_logprobs)
 
 
 async def _generate(request: Request, body: GenerationRequest,
@@ -413,6 +412,8 @@ async def _generate(request: Request, body: GenerationRequest,
     state.check_model(body.model)
     params = _sampling_params(body, state.model.context_length, chat)
     params["stop_token_ids"] = stop_token_ids
+    if body.prediction is not None:  # tokenized once, here, not per choice on the engine thread
+        params["prediction"] = state.model.encode_text(body.prediction.content)
     method, caps = _speculative(body.speculative)
     if len(prepares) * body.n > state.worker.max_batch:
         raise APIError(400, f"{len(prepares)} prompt(s) x n={body.n} make {len(prepares) * body.n}"
