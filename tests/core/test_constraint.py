@@ -28,6 +28,7 @@ from specdecode.drafters.layerskip import LayerSkip
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
 from specdecode.models.decoder import NativeDecoder
+from seeding import generators_from
 
 
 class NoRepeat(Constraint):
@@ -228,13 +229,14 @@ GRAMMAR = NoRepeatGrammar(V, lead=3, follow=1, skip=True)
 
 def constrained_outcomes(target, drafter, k: int | None, seeds, nodes: int | None = None,
                          batched: bool = False) -> Counter:
-    configs = [GenerationConfig(LENGTH, T1, seed=seed, grammar=GRAMMAR) for seed in seeds]
+    config = GenerationConfig(LENGTH, T1, grammar=GRAMMAR)  # unseeded: recursive rejection
     limit = (lambda: DraftLimit(nodes or k, k)) if k else (lambda: None)
-    if batched:
-        results = generate_batch(target, [Request(PROMPT, c, drafter, limit()) for c in configs],
-                                 max_batch=8)
-    else:
-        results = [generate(target, drafter, PROMPT, c, limit()) for c in configs]
+    with generators_from(seeds):
+        if batched:
+            results = generate_batch(target, [Request(PROMPT, config, drafter, limit())
+                                              for _ in seeds], max_batch=8)
+        else:
+            results = [generate(target, drafter, PROMPT, config, limit()) for _ in seeds]
     counts = Counter(tuple(r.token_ids) for r in results)
     assert all(follows_rule(list(o), vocab=V) for o in counts)
     return counts

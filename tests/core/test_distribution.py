@@ -23,6 +23,7 @@ import torch
 from scipy.stats import chi2_contingency
 
 import specdecode.core.engine
+import specdecode.core.sequence
 import specdecode.drafters.draft_model
 from specdecode.core.engine import generate
 from specdecode.core.sampling import SamplingParams, sample
@@ -35,6 +36,7 @@ from specdecode.drafters.plain import NoDrafter
 from specdecode.drafters.suffix import SuffixTree
 from specdecode.models.heads import EagleHead
 from specdecode.models.decoder import NativeDecoder
+from seeding import generators_from
 
 V = 4
 PROMPT = [0, 1, 2, 3, 1]
@@ -60,15 +62,25 @@ def draft_model(tiny_llama):
 
 
 def outcomes(target, drafter, params: SamplingParams, k: int | None, seeds,
-             nodes: int | None = None) -> Counter:
-    """Counts of the outputs over `seeds`, drafting up to `nodes` (default k) nodes at depth k."""
-    counts: Counter = Counter()
+             nodes: int | None = None, keyed: bool = False) -> Counter:
+    """Counts of the outputs over `seeds`, drafting up to `nodes` (default k) nodes at depth k.
+    keyed: each seed is the request's (`verify_seeded`'s draws); else the request is unseeded
+    (recursive rejection, `verify_sampling`) and its generator starts at the seed."""
+    return Counter(runs(target, drafter, params, k, seeds, nodes, keyed))
+
+
+def runs(target, drafter, params: SamplingParams, k: int | None, seeds,
+         nodes: int | None = None, keyed: bool = False) -> list[tuple[int, ...]]:
+    """Each seed's output, as `outcomes` counts them."""
+    out = []
     for seed in seeds:
-        config = GenerationConfig(LENGTH, params, seed=seed)
-        result = generate(target, drafter, PROMPT, config, DraftLimit(nodes or k, k) if k else None)
+        config = GenerationConfig(LENGTH, params, seed=seed if keyed else None)
+        with generators_from([seed]):
+            result = generate(target, drafter, PROMPT, config,
+                              DraftLimit(nodes or k, k) if k else None)
         assert len(result.token_ids) == LENGTH
-        counts[tuple(result.token_ids)] += 1
-    return counts
+        out.append(tuple(result.token_ids))
+    return out
 
 
 def homogeneity_pvalue(a: Counter, b: Counter) -> float:
@@ -302,9 +314,10 @@ def batched_pvalue(target_model, drafter, params: SamplingParams, k: int) -> flo
     from specdecode.core.batch import Request, generate_batch
 
     target = NativeDecoder.from_hf(target_model)
-    requests = [Request(PROMPT, GenerationConfig(LENGTH, params, seed=seed), drafter,
-                        DraftLimit(k, k)) for seed in SPEC_SEEDS]
-    spec = Counter(tuple(r.token_ids) for r in generate_batch(target, requests, max_batch=8))
+    requests = [Request(PROMPT, GenerationConfig(LENGTH, params), drafter, DraftLimit(k, k))
+                for _ in SPEC_SEEDS]
+    with generators_from(SPEC_SEEDS):
+        spec = Counter(tuple(r.token_ids) for r in generate_batch(target, requests, max_batch=8))
     return homogeneity_pvalue(spec, plain_outcomes(target_model, params))
 
 
@@ -315,3 +328,67 @@ def test_batched_tree_speculative_sampling_matches_plain_sampling(target_model):
 def test_broken_tree_verifier_is_detected_in_a_batch(monkeypatch, target_model):
     monkeypatch.setattr(specdecode.core.engine, "verify_sampling", verify_tree_without_sibling_residual)
     assert batched_pvalue(target_model, suffix_drafter(), T1, 2) < ALPHA
+
+
+# --- seeded requests ----------------------------------------------------------------------------
+# A seed keys each position's draw (`sampling.keyed_uniform`): the output is plain decoding's with
+# that seed, token for token, whatever the drafter proposed, and plain decoding so keyed samples
+# the target's distribution.
+
+
+def test_seeded_plain_sampling_matches_unseeded_plain_sampling(target_model):
+    keyed = outcomes(NativeDecoder.from_hf(target_model), NoDrafter(), T1, None, SPEC_SEEDS,
+                     keyed=True)
+    assert homogeneity_pvalue(keyed, plain_outcomes(target_model, T1)) > ALPHA
+
+
+def test_a_seed_that_keys_nothing_is_detected_by_the_same_test(monkeypatch, target_model):
+    """Power check: draws that ignore the position (one uniform for every token) are rejected."""
+    real = specdecode.core.sequence.keyed_uniform
+    monkeypatch.setattr(specdecode.core.sequence, "keyed_uniform",
+                        lambda seed, position: real(seed, 0))
+    keyed = outcomes(NativeDecoder.from_hf(target_model), NoDrafter(), T1, None, SPEC_SEEDS,
+                     keyed=True)
+    assert homogeneity_pvalue(keyed, plain_outcomes(target_model, T1)) < ALPHA
+
+
+SEEDED_DRAFTERS = {
+    "draft-model": lambda target_model, draft_model: DraftModel(NativeDecoder.from_hf(draft_model)),
+    "cut-vocabulary": lambda target_model, draft_model: reduced_vocabulary_drafter(draft_model),
+    "fixed": lambda target_model, draft_model: FixedDrafter([3, 0, 3]),
+    "suffix-tree": lambda target_model, draft_model: suffix_drafter(),
+    "eagle-tree": lambda target_model, draft_model: eagle_drafter(target_model),
+}
+
+
+@pytest.mark.parametrize("name", SEEDED_DRAFTERS)
+def test_a_seeded_speculative_run_is_the_seeded_plain_run_token_for_token(name, target_model,
+                                                                          draft_model):
+    drafter = SEEDED_DRAFTERS[name](target_model, draft_model)
+    target = getattr(drafter, "target", None) if name == "eagle-tree" else None
+    target = target or NativeDecoder.from_hf(target_model)
+    seeds = range(300)
+    plain = runs(target, NoDrafter(), T1, None, seeds, keyed=True)
+    assert runs(target, drafter, T1, 2, seeds, nodes=6, keyed=True) == plain
+
+
+def acceptance(target, drafter, seeds) -> float:
+    """The share of drafted tokens accepted over seeded runs."""
+    accepted = drafted = 0
+    for seed in seeds:
+        config = GenerationConfig(LENGTH, T1, seed=seed)
+        stats = generate(target, drafter, PROMPT, config, DraftLimit(2, 2)).stats
+        accepted, drafted = accepted + stats.accepted, drafted + stats.drafted
+    return accepted / drafted
+
+
+def test_a_seeded_draft_model_draws_where_the_target_will_and_so_is_kept_more_often(
+        monkeypatch, target_model, draft_model):
+    """The draft model inverts q at the uniform the target's draw inverts p at, so the two agree
+    more often than when the drafter draws from its own generator."""
+    target = NativeDecoder.from_hf(target_model)
+    drafter = DraftModel(NativeDecoder.from_hf(draft_model))
+    coupled = acceptance(target, drafter, range(300))
+    monkeypatch.setattr(specdecode.core.sequence.SequenceState, "draw",
+                        lambda seq, probs, depth: sample(probs, seq.generator))
+    assert coupled > acceptance(target, drafter, range(300)) + 0.05

@@ -476,3 +476,30 @@ def test_greedy_speculative_output_equals_plain_decoding_with_bf16_weights(
     drafter = make_drafter(name, target, PROMPT + plain_bf16, draft_model, target_model)
     result = generate(target, drafter, PROMPT, greedy(), DraftLimit(4, 4))
     assert result.token_ids == plain_bf16
+
+
+# --- seeded sampling ----------------------------------------------------------------------------
+
+
+def test_a_seeded_sampled_answer_is_plain_decodings_whatever_the_drafts_and_the_batch(
+        target_model, draft_model, reference):
+    """A seed keys each position's draw, so drafts of any shape (the budget that shapes them
+    reads this machine's timing) and the requests a sequence is batched with change nothing."""
+    from specdecode.core.batch import Request, generate_batch
+
+    target = NativeDecoder.from_hf(target_model)
+    config = GenerationConfig(NEW, SamplingParams(temperature=0.8), seed=7)
+    plain = generate(target, NoDrafter(), PROMPT, config, None).token_ids
+    drafted = []
+    for name in ("lookup", "draft", "draft-same-weights", "layerskip"):
+        drafter = make_drafter(name, target, reference, draft_model, target_model)
+        for k in (1, 3, 8):
+            result = generate(target, drafter, PROMPT, config, DraftLimit(k, k))
+            drafted.append(result.stats.drafted)
+            assert result.token_ids == plain, (name, k)
+    assert min(drafted) > 0
+    others = [Request(PROMPT[:5], GenerationConfig(NEW, SamplingParams(0.8), seed=s),
+                      PromptLookup(), DraftLimit(4, 4)) for s in (1, 2)]
+    batch = generate_batch(target, [Request(PROMPT, config, DraftModel(
+        NativeDecoder.from_hf(draft_model)), DraftLimit(5, 5))] + others, max_batch=3)
+    assert batch[0].token_ids == plain

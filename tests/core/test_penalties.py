@@ -27,6 +27,7 @@ from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
 from specdecode.errors import InvalidParameterError
 from specdecode.models.decoder import NativeDecoder
+from seeding import generators_from
 
 # --- the formula and the rows -----------------------------------------------------------------
 
@@ -124,13 +125,14 @@ SAMPLED = Penalties(presence=0.8, frequency=1.2, repetition=1.6, bias=((2, 1.0),
 
 
 def penalized_outcomes(target, drafter, k: int | None, seeds, batched: bool = False) -> Counter:
-    configs = [GenerationConfig(LENGTH, T1, seed=seed, penalties=SAMPLED) for seed in seeds]
+    config = GenerationConfig(LENGTH, T1, penalties=SAMPLED)  # unseeded: recursive rejection
     limit = (lambda: DraftLimit(k, k)) if k else (lambda: None)
-    if batched:
-        results = generate_batch(target, [Request(PROMPT, c, drafter, limit()) for c in configs],
-                                 max_batch=8)
-    else:
-        results = [generate(target, drafter, PROMPT, c, limit()) for c in configs]
+    with generators_from(seeds):
+        if batched:
+            results = generate_batch(target, [Request(PROMPT, config, drafter, limit())
+                                              for _ in seeds], max_batch=8)
+        else:
+            results = [generate(target, drafter, PROMPT, config, limit()) for _ in seeds]
     return Counter(tuple(r.token_ids) for r in results)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specdecode.core.sampling import SamplingParams, probabilities
+from specdecode.core.sampling import SamplingParams, keyed_uniform, probabilities, sample, sample_at
 from specdecode.drafters.chain import draft_chain
 
 
@@ -21,6 +21,12 @@ class Counting:
         return logits
 
 
+def _draws(seed: int):
+    """A request's draws as `SequenceState.draw` makes them without a seed."""
+    generator = torch.Generator().manual_seed(seed)
+    return lambda q, depth: sample(q, generator)
+
+
 def test_draft_chain_greedy_feeds_each_token_and_returns_no_q():
     model = Counting()
     draft = draft_chain(model, torch.tensor([1, 2, 3]), 4, SamplingParams(), None)
@@ -33,7 +39,7 @@ def test_draft_chain_greedy_feeds_each_token_and_returns_no_q():
 def test_draft_chain_sampling_returns_the_distributions_it_sampled_from():
     model = Counting()
     params = SamplingParams(temperature=1.0, top_k=3)
-    draft = draft_chain(model, torch.tensor([2]), 3, params, torch.Generator().manual_seed(0))
+    draft = draft_chain(model, torch.tensor([2]), 3, params, _draws(0))
     assert draft.q.shape == (3, 7)
     last = torch.tensor([2] + draft.tokens.tolist()[:-1])
     logits = torch.zeros(3, 7)
@@ -59,7 +65,18 @@ def test_draft_chain_over_a_reduced_vocabulary_proposes_ids_and_scatters_q():
     vocabulary = torch.tensor([10, 11, 12])
     params = SamplingParams(temperature=1.0)
     draft = draft_chain(lambda t: model(t - 10 if t.max() >= 10 else t), torch.tensor([0]), 2,
-                        params, torch.Generator().manual_seed(0), vocabulary, 16)
+                        params, _draws(0), vocabulary, 16)
     assert set(draft.tokens.tolist()) <= {10, 11, 12} and draft.q.shape == (2, 16)
     assert float(draft.q[:, :10].abs().sum() + draft.q[:, 13:].abs().sum()) == 0.0
     torch.testing.assert_close(draft.q.sum(-1), torch.ones(2))
+
+
+def test_draft_chain_draws_each_token_where_the_draw_function_says_for_its_depth():
+    """A seeded drafter inverts q at the uniform of the position it drafts (the verifier's draw
+    there looks at the same one): the i-th token is q's inverse at the i-th position's."""
+    model = Counting()
+    params = SamplingParams(temperature=2.0)
+    draft = draft_chain(model, torch.tensor([2]), 4, params,
+                        lambda q, depth: sample_at(q, keyed_uniform(7, 100 + depth)))
+    assert draft.tokens.tolist() == [int(sample_at(draft.q[i], keyed_uniform(7, 100 + i)))
+                                     for i in range(4)]

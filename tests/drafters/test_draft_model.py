@@ -21,7 +21,7 @@ PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 def sequence(context: list[int]) -> SimpleNamespace:
     """What the drafter reads of a sequence (greedy, no grammar)."""
     return SimpleNamespace(context=torch.tensor(context), config=GenerationConfig(),
-                           sampling=SamplingParams(), generator=None, drafter_state=None,
+                           sampling=SamplingParams(), draw=None, drafter_state=None,
                            constraint=None)
 
 

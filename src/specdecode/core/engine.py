@@ -37,7 +37,7 @@ from .run_stats import RunStats
 from .sampling import probabilities
 from .sequence import DraftLimit, GenerationConfig, SequenceState, new_generator
 from .target import Target
-from .verify import verify_greedy, verify_sampling
+from .verify import verify_greedy, verify_sampling, verify_seeded
 
 
 @dataclass
@@ -236,6 +236,8 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
         stats.constraint_seconds += time.perf_counter() - t2
     if seq.sampling.greedy:
         verdict = verify_greedy(tree, masked)
+    elif seq.config.seed is not None:  # the seed's draws, whatever was drafted
+        verdict = verify_seeded(tree, probabilities(masked, seq.sampling), seq.uniform)
     else:
         verdict = verify_sampling(tree, q, probabilities(masked, seq.sampling), seq.generator)
     verify_seconds = forward_seconds + time.perf_counter() - t2

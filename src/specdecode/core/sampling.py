@@ -81,13 +81,38 @@ def greedy_tokens(logits: torch.Tensor) -> list[int]:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token id per row, by inverting the cumulative distribution (in float64) at a uniform
-    u in [0, total): the first token whose cumulative mass exceeds u, so a token of probability 0
-    is never drawn. (torch.multinomial draws the same distribution, many times slower on a large
-    vocabulary: BENCHMARKS.md.) probs: [..., V] -> ids: [...]"""
+    """One token id per row, drawn with a uniform from `generator` (`sample_at`; torch.multinomial
+    draws the same distribution, many times slower on a large vocabulary: BENCHMARKS.md).
+    probs: [..., V] -> ids: [...]"""
     flat = probs.reshape(-1, probs.shape[-1])
-    cdf = flat.double().cumsum(-1)  # [R, V]
-    u = torch.rand(flat.shape[0], 1, dtype=torch.float64, device=flat.device,
-                   generator=generator) * cdf[:, -1:]
-    ids = torch.searchsorted(cdf, u, right=True).squeeze(-1)  # u < total: ids < V
-    return ids.reshape(probs.shape[:-1])
+    u = torch.rand(flat.shape[0], 1, dtype=torch.float64, device=flat.device, generator=generator)
+    return sample_at(flat, u).reshape(probs.shape[:-1])
+
+
+def sample_at(probs: torch.Tensor, u: torch.Tensor | float) -> torch.Tensor:
+    """The token at `u` in [0, 1) of each row's cumulative distribution, in float64 (inverse
+    transform sampling): the first token whose cumulative mass exceeds u times the row's total, so
+    a token of probability 0 is never drawn. probs: [R, V] (or [V]), u: [R, 1] (or a float) ->
+    ids: [R] (or [])"""
+    cdf = probs.double().cumsum(-1)
+    total = cdf[..., -1:]
+    return torch.searchsorted(cdf, total * u, right=True).squeeze(-1)  # u < 1: ids < V
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def keyed_uniform(seed: int, position: int) -> float:
+    """A uniform in [0, 1) that depends on (seed, position) alone: a seeded request draws the
+    token at each position with its own, so what it samples there does not depend on how many
+    draws came before (how its drafts were shaped, what it was batched with, timing). Two
+    rounds of SplitMix64 (Steele et al. 2014) over the pair; the top 53 bits make the float."""
+    bits = _splitmix64(_splitmix64(seed & _MASK64) ^ (position & _MASK64))
+    return (bits >> 11) / float(1 << 53)
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)

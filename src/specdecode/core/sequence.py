@@ -20,7 +20,7 @@ from .detokenize import IncrementalText
 from .logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from .penalties import Penalties, PenaltyState
 from .run_stats import RunStats
-from .sampling import SamplingParams
+from .sampling import SamplingParams, keyed_uniform, sample, sample_at
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,21 @@ class SequenceState:
     @property
     def generated(self) -> list[int]:
         return self.tokens[self.prompt_length : self.length].tolist()
+
+    def uniform(self, depth: int) -> float:
+        """A seeded request's uniform for the token `depth` places past the next one (the next
+        is depth 0: position `length`): keyed by the seed and the position alone."""
+        assert self.config.seed is not None
+        return keyed_uniform(self.config.seed, self.length + depth)
+
+    def draw(self, probs: torch.Tensor, depth: int) -> torch.Tensor:
+        """A drafter's token from probs ([V], the target's token ids) for the position `depth`
+        past the next one: with a seed, at that position's uniform, where the target's own draw
+        there will look (`verify.verify_seeded` keeps the token when both agree); without one,
+        from the request's generator."""
+        if self.config.seed is None:
+            return sample(probs, self.generator)
+        return sample_at(probs, self.uniform(depth))
 
 
 def new_generator(seed: int | None, device: torch.device) -> torch.Generator:

@@ -14,11 +14,12 @@ of the same code."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from .sampling import greedy_tokens, sample
+from .sampling import greedy_tokens, sample, sample_at
 from .tree import TokenTree
 
 
@@ -42,13 +43,36 @@ def verify_greedy(tree: TokenTree, target_logits: torch.Tensor) -> Verdict:
     """
     assert target_logits.shape[0] == len(tree) + 1, (len(tree), target_logits.shape)
     best = greedy_tokens(target_logits)  # [N + 1]
+    return _walk(tree, lambda row, depth: best[row])
+
+
+def verify_seeded(tree: TokenTree, p: torch.Tensor, uniform: Callable[[int], float]) -> Verdict:
+    """Verification of a seeded request: the target draws its own token at each row it reaches,
+    by inverting p's cumulative distribution at `uniform(depth)` (the root's row is depth 0: the
+    uniform of the position that row predicts, `sampling.keyed_uniform`), and the path steps to
+    the child holding that token, as `verify_greedy` steps to the argmax's. Every emitted token is
+    plain sampling's draw at its position, so the output is exactly plain decoding's with the same
+    seed, whatever was drafted. A deterministic draft token x is kept with probability p(x) (and
+    siblings with their sum), as in `verify_sampling`; a token drawn from q is kept with the
+    chance that both draws agree, which is highest when the drafter inverts q at the same uniform
+    (`SequenceState.draw`).
+
+    p: [N + 1, V] rows as the tree's"""
+    assert p.shape[0] == len(tree) + 1, (len(tree), p.shape)
+    return _walk(tree, lambda row, depth: int(sample_at(p[row], uniform(depth))))
+
+
+def _walk(tree: TokenTree, target_token: Callable[[int, int], int]) -> Verdict:
+    """From the root, step to the child whose token is `target_token(row, depth)`, while there is
+    one; then emit that token (recovered, or bonus at a leaf)."""
     tokens = tree.tokens.tolist()
     path: list[int] = []
     row = 0
     while True:
-        match = next((c for c in tree.children[row] if tokens[c] == best[row]), None)
+        token = target_token(row, len(path))
+        match = next((c for c in tree.children[row] if tokens[c] == token), None)
         if match is None:
-            return Verdict(tuple(path), best[row])
+            return Verdict(tuple(path), token)
         path.append(match)
         row = match + 1
 

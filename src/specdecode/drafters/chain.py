@@ -11,7 +11,7 @@ import torch
 
 from ..core.constraint import Constraint, allowed, mask_words
 from ..core.drafter import Draft
-from ..core.sampling import SamplingParams, greedy_tokens, probabilities, sample
+from ..core.sampling import SamplingParams, greedy_tokens, probabilities
 
 
 def draft_chain(
@@ -19,7 +19,7 @@ def draft_chain(
     first: torch.Tensor,
     length: int,
     params: SamplingParams,
-    generator: torch.Generator | None,
+    draw: Callable[[torch.Tensor, int], torch.Tensor] | None,
     vocabulary: torch.Tensor | None = None,
     vocab_size: int | None = None,
     stop_below: float = 0.0,
@@ -27,7 +27,8 @@ def draft_chain(
 ) -> Draft:
     """Autoregressive drafting with any causal model: feed `first` ([T] int64, T >= 1), then take
     up to `length` tokens one at a time, each from q = probabilities(draft logits) (the argmax
-    when greedy). A token's chance is the product of the draft model's probabilities of the
+    when greedy) by `draw(q, i)` for the i-th token (`SequenceState.draw`; q over the target's
+    token ids, None when greedy). A token's chance is the product of the draft model's probabilities of the
     tokens up to it (its confidence that the whole path is right, as EAGLE-2 ranks its nodes);
     drafting stops before a token whose chance is below `stop_below`. The draft's `forwards`
     counts the calls of `forward`; every drafted token but the last has been fed (the last too
@@ -70,13 +71,13 @@ def draft_chain(
                 chance *= float(torch.softmax(logits.float(), -1)[pick])
             else:
                 q = probabilities(logits, params)
-                pick = sample(q, generator)
-                chance *= float(q[pick])
                 if vocabulary is not None:
                     q = torch.zeros(size, dtype=q.dtype).index_copy_(0, vocabulary, q)
+                pick = draw(q, len(tokens))
+                chance *= float(q[pick])
             if chance < stop_below:
                 break
-            token = int(pick if vocabulary is None else vocabulary[pick])
+            token = int(pick if vocabulary is None or not params.greedy else vocabulary[pick])
             if constraint is not None:
                 constraint.accept(token)
             if not params.greedy:

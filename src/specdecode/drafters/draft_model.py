@@ -257,7 +257,7 @@ class DraftModel(Drafter):
             state.tree = (draft.tokens.tolist(), draft.parents.tolist(), probs)
         else:
             draft = draft_chain(lambda tokens: forward_last(model, state.cache, tokens),
-                                context[keep:], length, seq.sampling, seq.generator,
+                                context[keep:], length, seq.sampling, seq.draw,
                                 vocabulary, self.vocab_size,
                                 budget.min_chance + forward_cost, seq.constraint)
             drafted_fed = state.cache.length - context.shape[0]  # the draft's tokens it fed

@@ -83,7 +83,7 @@ class LayerSkip(Drafter):
         start = seq.cache.length  # == len(context) - 1: the pending token is not cached yet
         draft = draft_chain(
             lambda tokens: self.target.forward_layers(seq.cache, tokens, self.layers),
-            seq.context[-1:], min(budget.nodes, budget.depth), seq.sampling, seq.generator,
+            seq.context[-1:], min(budget.nodes, budget.depth), seq.sampling, seq.draw,
             constraint=seq.constraint)  # drafts under the sequence's grammar
         seq.cache.rollback(start)
         return draft

@@ -134,9 +134,11 @@ def test_echo_with_logprobs_scores_the_prompt_from_its_prefill(client, reference
     assert only.usage.completion_tokens == 0
 
 
-def test_n_choices_share_one_prefill_and_each_equals_its_seeded_run(client, served_model,
-                                                                    reference_model,
-                                                                    monkeypatch):
+def test_n_choices_share_one_prefill_and_each_equals_its_seeded_plain_run(client, served_model,
+                                                                          reference_model,
+                                                                          monkeypatch):
+    """Choice i is seeded with seed + i, and a seeded answer is plain decoding's with its seed,
+    whatever the server drafted (its draft budget reads this machine's timing) and batched."""
     rows = []
     real = served_model.target.hidden_batch
     monkeypatch.setattr(served_model.target, "hidden_batch", lambda steps: rows.append(
@@ -144,7 +146,8 @@ def test_n_choices_share_one_prefill_and_each_equals_its_seeded_run(client, serv
     resp = client.complete(prompt=PROMPT, max_tokens=12, temperature=0.9,
                                      seed=40, n=4)
     texts = [c.text for c in sorted(resp.choices, key=lambda c: c.index)]
-    alone = [library(reference_model, PROMPT, temperature=0.9, seed=40 + i)[0] for i in range(4)]
+    alone = [library(reference_model, PROMPT, "ar", temperature=0.9, seed=40 + i)[0]
+             for i in range(4)]
     assert texts == [r.text for r in alone]
     assert len(set(texts)) > 1
     stats = resp.usage.model_dump()["speculative"]
