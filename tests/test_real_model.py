@@ -53,7 +53,7 @@ def test_real_model_lookup_confirms_more_than_one_token_per_forward(default_mode
 
 def test_native_fp32_path_matches_transformers_greedy(prompts):
     """The dequantized native path computes what transformers computes (the quantized default
-    path differs by its 8-bit activations: BENCHMARKS.md measures by how much)."""
+    path differs by its 8-bit activations: docs/benchmarks/accuracy measures by how much)."""
     from dataclasses import replace
 
     from specdecode.models import load_model

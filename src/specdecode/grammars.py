@@ -1,12 +1,9 @@
 """Grammars for constrained generation, compiled by llguidance (`core.constraint` is the protocol
 the engine uses; this module binds it to a grammar engine and a model's tokenizer).
 
-Why llguidance (docs/benchmarks/grammar/choose.txt, BENCHMARKS.md): on this project's two
-vocabularies its masks cost 13-19 us a token against xgrammar's 4-9 us, both well under 0.1% of a
-1.5B step; it compiles a schema in under a millisecond (lazily, within limits on the work of
-every step, so an explosive schema fails with a message instead of hanging the engine) against
-xgrammar's 4-15 ms; it reads JSON schema, Lark and llama.cpp's GBNF; and it installs as one
-8 MB wheel with no dependencies, where xgrammar brings triton (1 GB) into a CPU-only venv.
+Why llguidance: its masks cost a small share of a step, it compiles schemas lazily within limits
+(an explosive one fails with a message), reads JSON schema, Lark and GBNF, and installs as one
+wheel without triton (docs/benchmarks/grammar).
 
     compiler = grammar_compiler(model)
     grammar = compiler.json_schema({"type": "object", ...})

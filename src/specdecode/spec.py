@@ -19,7 +19,7 @@ from .models.timing import machine_key
 from .profiles import load_profile
 
 # The fastest lossless method measured on the default model, and on a model whose alias names a
-# draft model (the Qwen2.5-Coder 1.5B with its 0.5B; BENCHMARKS.md).
+# draft model (the Qwen2.5-Coder 1.5B with its 0.5B; docs/benchmarks/methods, qwen-pair).
 DEFAULT_METHOD = "lookup"
 DEFAULT_WITH_DRAFTER = "draft"
 TUNED_SECTION = "tune"  # the profile section `specdecode tune` writes

@@ -1,5 +1,5 @@
 """What agent and structured-output libraries get from `specdecode serve`, used as their users use
-them (issue 54): LangChain's `with_structured_output` (json_schema, function_calling, json_mode)
+them: LangChain's `with_structured_output` (json_schema, function_calling, json_mode)
 and `bind_tools` (whole and streamed), instructor's four OpenAI modes, and the OpenAI Agents SDK
 (a tool-using agent, whole and streamed, and a typed output), and LiteLLM's `completion` (text,
 streamed with usage, tools, a pydantic response format, a prediction). Greedy, one address and one

@@ -1,5 +1,5 @@
-"""Issue 54's client acceptance on the 1.5B: `specdecode serve --model qwen2.5-coder-1.5b` started
-as a user starts it, the official `openai` client against it.
+"""Structured outputs through a client, on the 1.5B: `specdecode serve --model qwen2.5-coder-1.5b`
+started as a user starts it, the official `openai` client against it.
 
 1. `chat.completions.parse` with a pydantic model for each of the 20 extraction prompts of
    extraction.py (the models built from their schemas), whole and streamed: parsed objects, valid

@@ -1,4 +1,4 @@
-"""Issue 55's acceptance for logprobs and n on the 1.5B, through `specdecode serve` started as a
+"""Acceptance checks for logprobs and n on the 1.5B, through `specdecode serve` started as a
 user starts it and the official `openai` client:
 
 1. `top_logprobs` (5) of the default method equal plain decoding's (`ar`, same server, same

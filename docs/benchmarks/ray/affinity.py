@@ -1,4 +1,4 @@
-"""Conversation affinity (issue 58): 8 conversations of 4 turns at once (turn 1 a Spec-Bench first
+"""Conversation affinity: 8 conversations of 4 turns at once (turn 1 a Spec-Bench first
 turn, then the answer and a follow-up each turn after a user's pause of 0.5-2 s, 64 new tokens,
 greedy, streamed) against 2
 replicas of 1 thread on the 135M model behind Ray's proxy, routed by conversation or by Ray

@@ -1,4 +1,4 @@
-"""Autoscaling live (issue 58): `serve --ray --replicas 1 --max-replicas 2 --max-batch 2` on the
+"""Autoscaling live: `serve --ray --replicas 1 --max-replicas 2 --max-batch 2` on the
 135M model, 1 thread a replica; 8 streaming clients ask one request after another until the deployment
 has run 2 replicas for --hold seconds (or --limit seconds pass). Ray Serve adds a replica when the
 requests in flight per replica (queued ones included) stay above `target_ongoing_requests`

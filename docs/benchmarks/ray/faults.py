@@ -1,4 +1,4 @@
-"""Killing an engine replica under load (issue 58): 2 replicas of 1 thread on the 135M model behind
+"""Killing an engine replica under load: 2 replicas of 1 thread on the 135M model behind
 Ray's proxy, 16 streaming clients of 3 requests each, one replica's process killed (SIGKILL) 1.5 s
 in, --kills times. Counts each request's outcome (ok: ended by [DONE]; error event: a clean error
 event, then [DONE], for a stream the dead replica had begun; anything else is a lost request) and

@@ -1,4 +1,4 @@
-"""Ray Serve scale-out on this machine (issue 58): requests per second under 8 (and 16) streaming
+"""Ray Serve scale-out on this machine: requests per second under 8 (and 16) streaming
 clients with 2 engine replicas of 1 thread against 1 replica of 1 thread, both through Ray's HTTP
 proxy, beside the plain server of 1 thread; the latency Ray adds to a request at 1 client; what
 Ray's own processes cost in CPU; and whether every answer is the plain server's (greedy).

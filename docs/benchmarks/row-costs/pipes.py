@@ -1,7 +1,8 @@
-"""Which vector instructions share the unit that runs the kernels' dot product (BENCHMARKS.md,
-2026-12-04): a loop of 16 independent dot products (`vpdpbusd` zmm, or `vpmaddubsw` ymm with
-`--ymm`) plus 8 of another instruction, timed single-threaded, best of 5; "slots" = the loop's
-time in dot products. Writes the C program to a temporary directory, builds it with gcc, runs it.
+"""Which vector instructions share the unit that runs the kernels' dot product
+(docs/benchmarks/kernel-paths, 2026-12-04): a loop of 16 independent dot products (`vpdpbusd`
+zmm, or `vpmaddubsw` ymm with `--ymm`) plus 8 of another instruction, timed single-threaded,
+best of 5; "slots" = the loop's time in dot products. Writes the C program to a temporary
+directory, builds it with gcc, runs it.
 Usage: python pipes.py [--ymm]"""
 import subprocess, sys, tempfile
 from pathlib import Path

@@ -74,7 +74,7 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 def greedy_tokens(logits: torch.Tensor) -> list[int]:
     """The argmax of each row (the first of equal maxima), logits: [R, V] -> R token ids. On the
     CPU by numpy, whose reduction over a large vocabulary is many times faster than torch's
-    (BENCHMARKS.md)."""
+    (docs/benchmarks/defaults)."""
     if logits.device.type == "cpu":
         return logits.detach().numpy().argmax(-1).tolist()
     return logits.argmax(-1).tolist()
@@ -82,7 +82,7 @@ def greedy_tokens(logits: torch.Tensor) -> list[int]:
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token id per row, drawn with a uniform from `generator` (`sample_at`; torch.multinomial
-    draws the same distribution, many times slower on a large vocabulary: BENCHMARKS.md).
+    draws the same distribution, many times slower on a large vocabulary: docs/benchmarks/defaults).
     probs: [..., V] -> ids: [...]"""
     flat = probs.reshape(-1, probs.shape[-1])
     u = torch.rand(flat.shape[0], 1, dtype=torch.float64, device=flat.device, generator=generator)

@@ -11,9 +11,9 @@ class ForwardClock:
 
     The estimate is a moving average (WEIGHT on the newest). Other work on the same cores for a
     few seconds can raise it until no forward seems to pay (`priced_out`), and then nothing would
-    time a forward again: the drafter would stay off for good (a 100 ms estimate held `draft` at
-    τ 1.16 on every later request: BENCHMARKS.md). So after PROBE calls it priced out, the next
-    call whose feed is short enough to be timed runs a forward regardless, and that forward's
+    time a forward again: the drafter would stay off for good (a stale estimate held `draft` down
+    on every later request: docs/benchmarks/qwen-pair). So after PROBE calls it priced out, the
+    next call whose feed is short enough to be timed runs a forward regardless, and that forward's
     time replaces the estimate. (A sequence that has fallen further behind would pay for the
     whole catch-up untimed: under load, where forwards are priced out by the shared step rather
     than by a stale estimate, probing those would make every sequence catch up in turn.)"""

@@ -89,13 +89,13 @@ class DraftModel(Drafter):
                   "(rare words a summary copies, a code fence); 0: none")
         draft_window: int = option(
             128, "the draft model reads only the last this many tokens of the prompt (its own "
-                 "prefill of a long prompt costs more than its drafts gain: BENCHMARKS.md); "
-                 "0: all")
+                 "prefill of a long prompt costs more than its drafts gain: "
+                 "docs/benchmarks/qwen-pair); 0: all")
         draft_width: int = option(
             1, "under greedy decoding, the draft is a tree keeping this many continuations per "
                "depth, fed to the draft model together (one forward of that many rows a depth); "
                "1: a chain (trees scored more rows than they gained on the 1.5B Qwen pair: "
-               "BENCHMARKS.md)")
+               "docs/benchmarks/qwen-pair)")
         draft_ngram: int = option(
             5, "also draft n-gram matches from the context, up to this n-gram length, when they "
                "promise more than the draft model nets (free drafts where output copies its "

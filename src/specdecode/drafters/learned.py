@@ -57,7 +57,7 @@ def resolve_head(model: "LoadedModel", draft_model: str | None, kind: str) -> to
 
 
 # Small trees by default: on a small target the heads' deeper guesses are right too rarely to pay
-# for the rows and tree levels that draft them (BENCHMARKS.md, measurements behind defaults).
+# for the rows and tree levels that draft them (docs/benchmarks/defaults).
 DEFAULT_NODES = 3
 
 

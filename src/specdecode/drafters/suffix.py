@@ -36,7 +36,7 @@ from .registry import option, register
 Class = tuple[str, int, int]  # (source, n-gram length or 0, rank among the source's candidates)
 
 # First-token acceptance of a lookup match by its length, measured over Spec-Bench outputs of the
-# default model (BENCHMARKS.md, "Token trees without training"); a rank below the first is
+# default model (docs/benchmarks/methods); a rank below the first is
 # divided by (1 + 2 rank). Priors only: each sequence's own verdicts outweigh them within steps.
 CONTEXT_PRIOR = (0.27, 0.42, 0.56, 0.70, 0.82)
 MEMORY_DISCOUNT = 0.7  # an earlier request's continuation is less likely than this one's own

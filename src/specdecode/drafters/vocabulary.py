@@ -17,7 +17,7 @@ are always kept.
 Merge order misses tokens a chat model writes often (the code fence ```, a LaTeX `\\[`) and the rare
 words a summary or a translation copies from its prompt. So a sequence's own context adds its
 tokens back (`draft_model`): a token outside the cut that the prompt or the answer so far holds
-gets its output row for the rest of that sequence (BENCHMARKS.md, "The context's own tokens").
+gets its output row for the rest of that sequence (docs/benchmarks/qwen-pair).
 """
 
 from __future__ import annotations

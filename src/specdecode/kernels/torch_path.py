@@ -5,7 +5,7 @@ Row invariance without control over the arithmetic: torch's matrix products and 
 pick a different algorithm (and summation order) for a different number of rows, so for calls of
 up to ROW_INVARIANT_ROWS rows every row is computed by its own torch call of a shape that does not
 depend on the other rows. Each token then costs what a one-token step costs: verification is
-exact here but not cheap (BENCHMARKS.md has the speed).
+exact here but not cheap (docs/benchmarks/kernel-paths has the speed).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class TorchKernels:
             return x @ w.T
         # one product per row, always of the same shapes and layout, [O, I] @ [2, I].T (the row
         # twice, column-major): with MKL a single column takes a GEMV path well below the memory
-        # bandwidth, and a row-major [I, 2] a slow one (BENCHMARKS.md, kernel paths)
+        # bandwidth, and a row-major [I, 2] a slow one (docs/benchmarks/kernel-paths)
         return torch.stack([(w @ torch.stack([row, row]).T)[:, 0] for row in x]) if len(x) \
             else x.new_empty(0, out_features)
 

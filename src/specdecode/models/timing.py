@@ -31,9 +31,8 @@ PROFILE_SECTION = "step_cost"
 # 1- and 2-row times, so their noise decides whether drafting starts at all
 SETTLE, SMALL_TIMED, SMALL_STEP = 3, 3, 8
 LONG_CONTEXT = 1024
-# repeats of a curve measured on first use (`specdecode tune` takes measure's 5): the 1.5B on
-# Zen 1 AVX2, 3 repeats 47 s against 73 s, row costs within the spread of two 5-repeat curves
-# (BENCHMARKS.md, "First use of the pair")
+# repeats of a curve measured on first use (`specdecode tune` takes measure's 5): 3 take less
+# time, row costs within the spread of two 5-repeat curves (docs/benchmarks/qwen-pair)
 FIRST_USE_REPEATS = 3
 
 # by (model, weight formats, kernel path), not by thread count: every load of one model in a
@@ -51,7 +50,7 @@ def step_seconds(target: Target, sizes: tuple[int, ...], context: int = 256,
     bandwidth moves by tens of percent) hits them alike and their ratios hold. Each timed step
     of at most SMALL_STEP rows follows untimed ones of its own size, as in decoding, where steps
     of similar sizes follow each other: right after a much larger step, small ones run slower
-    for a few steps (BENCHMARKS.md, the step-cost curve); they are timed SMALL_TIMED times a
+    for a few steps (docs/benchmarks/kernel-paths); they are timed SMALL_TIMED times a
     repeat: they are cheap and their differences matter most. A larger step is timed once a
     repeat, after whatever preceded it: what a predecessor costs it is a small part of its time.
     The cache is padded to `context` entries where it can be, not prefilled: the entries' values

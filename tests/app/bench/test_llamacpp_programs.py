@@ -134,7 +134,7 @@ def test_a_failing_program_is_an_error_with_its_last_line(tmp_path, monkeypatch)
 
 
 def test_a_program_killed_by_a_signal_is_an_error_naming_the_signal(tmp_path, monkeypatch):
-    # as llama.cpp's AMX matrix path dies on some Xeons (llama.cpp issue 20824)
+    # as llama.cpp's AMX matrix path dies on some Xeons (llama.cpp's bug report 20824)
     _stand_in(tmp_path, "llama-bench",
               'echo "load_tensors: AMX model buffer" >&2\nkill -SEGV $$\n')
     monkeypatch.setenv("SPECDECODE_LLAMA_CPP_BIN", str(tmp_path))

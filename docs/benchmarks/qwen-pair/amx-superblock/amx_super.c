@@ -1,5 +1,5 @@
 /* How fast could an AMX Q4_K product be with x rounded per 256 values? A timing prototype, not
- * the library's kernel (issue 28; BENCHMARKS.md, "Two kernel steps measured and set aside").
+ * the library's kernel (measured and set aside: docs/benchmarks/kernel-paths).
  *
  * Today (qlinear.c, isa/amx.h) every block of 32 has its own x scale, so a TDPBSSD covers 32 k
  * and its 16 x 16 sums are scaled in fp32 row by row: ~4 vector operations a row a block, twice

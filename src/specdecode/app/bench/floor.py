@@ -44,9 +44,9 @@ def measure_bandwidth(kernels: Kernels, megabytes: int = 512,
     """Bytes per second of a streaming read of `megabytes`, far beyond the caches, and what read
     them: the faster of torch's sum and the kernels' own loads (`Kernels.read_bandwidth`), each
     the median of `repeats` passes, in turns. The faster one, since the floor is meant to be
-    strict: no kernel reads weights faster than memory delivers them (torch's sum read 5-20%
-    slower than the kernels' loop on one host, and slower than the 1.5B's largest matrix call:
-    BENCHMARKS.md)."""
+    strict: no kernel reads weights faster than memory delivers them (torch's sum read slower
+    than the kernels' loop on one host, and slower than the 1.5B's largest matrix call:
+    docs/benchmarks/kernel-paths)."""
     data = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32)
     nbytes = data.numel() * data.element_size()
     data.sum()  # first touch of the pages

@@ -14,9 +14,10 @@ JSON-schema parameters, so the call is always well formed (a named function: cal
 model whose template has no tool format gets a 400.
 
 Qwen2.5-Coder, though its template asks for those blocks, often answers a tool question with the
-call alone: bare, in a ```json fence or in <tools> tags (vLLM issue 32926 measures it; llama.cpp's
-server takes bare calls too). An answer that is nothing but such calls, each naming a declared
-tool, is read as those calls; anything else around them, or a name not declared, leaves it text.
+call alone: bare, in a ```json fence or in <tools> tags (vLLM's bug report 32926 measures it;
+llama.cpp's server takes bare calls too). An answer that is nothing but such calls, each naming a
+declared tool, is read as those calls; anything else around them, or a name not declared, leaves
+it text.
 """
 
 from __future__ import annotations

@@ -40,12 +40,12 @@ from .vocab import coverage, select_draft_vocab
 
 RUN_FILE, TRAINING_FILE, HEAD_DIR = "run.json", "training.json", "head"
 # Sized so that `train eagle` for the default model fits a 90-minute budget on 2 CPU cores with
-# room for a slower host; data is what a head lacks most (BENCHMARKS.md, learned drafters).
+# room for a slower host; data is what a head lacks most (docs/benchmarks/learned).
 DEFAULT_NUM_PROMPTS = 2400
 DEFAULT_VAL_PROMPTS = 24
 DEFAULT_EPOCHS = 12
 # Medusa's own rate; a sweep on a small EAGLE run favoured slightly higher ones, but more data
-# makes more steps (BENCHMARKS.md, measurements behind defaults)
+# makes more steps (docs/benchmarks/defaults)
 LEARNING_RATE = 1e-3
 TAU_PROMPTS = 8  # validation prompts the real drafter runs on at the end
 

@@ -30,10 +30,8 @@
 
 #define AMX_ROWS 16 /* rows of x in one product: a tile's rows */
 /* Calls of fewer rows take the vector tile, as fast or faster for them. The K formats' vector
- * tiles and stream keep up longer (an Intel Xeon, 2 cores, the Qwen2.5-Coder 1.5B's Q4_K and Q6_K
- * decoder layers: 32 rows 15% faster in vector tiles, 48 2%, 64 even, 128 20% slower; the 0.5B's
- * Q5_0 and Q8_0 even at 32, matrix tiles 15% faster at 64; SmolLM2's Q4_1 10-15% faster in matrix
- * tiles from 32: BENCHMARKS.md) */
+ * tiles and stream keep up longer (measured on an Intel Xeon with the Qwen2.5-Coder pair's and
+ * SmolLM2's formats: docs/benchmarks/kernel-paths) */
 int amx_min_rows(int format) { return blocks_per_super(format) > 1 ? 64 : 32; }
 /* products formed before the first one's sums are read (a product, the store of its sums and
  * their loads follow each other with long latencies): tiles 0..3 hold their sums, and x and the

@@ -2,8 +2,8 @@
  *
  * The read peak: every thread streams its share of a buffer far larger than the caches, with
  * the kernels' own loads and L2 prefetches, so the bandwidth floor is what memory delivers to
- * code like ours (torch's sum reads 5-20% slower on some hosts, and a floor the kernels beat is no
- * floor: BENCHMARKS.md).
+ * code like ours (torch's sum reads slower on some hosts, and a floor the kernels beat is no
+ * floor: docs/benchmarks/kernel-paths).
  *
  * The instruction peak: `vdot4`, the block formats' integer dot product (simd.h), in
  * a loop that touches no memory, on every thread; where the kernels sum byte pairs in 16 bits

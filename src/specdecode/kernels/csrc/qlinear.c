@@ -45,7 +45,7 @@ static void quantize_task(void *context, int thread, int threads) {
 /* where the integer sum of half h (lo, hi) of a row's block starts: minus the format's offset
  * times the sum of that half's q (of the whole block's, in lo, where the format has one scale a
  * block), so that the dot products finish it. The same integer as subtracting the offset after
- * them, one instruction a sum fewer (BENCHMARKS.md, twelfth session: Q6_K and Q4_0 calls). */
+ * them, one instruction a sum fewer (Q6_K and Q4_0 calls: docs/benchmarks/kernel-paths). */
 ALWAYS_INLINE vi sum_start(const int f, const struct xblock *xb, int h) {
     if (!offset(f) || (halves(f) == 1 && h)) return viset1(0);
     return viset1(-offset(f) * xb->sum[halves(f) == 1 ? 0 : 1 + h]);
@@ -161,8 +161,7 @@ ALWAYS_INLINE void tile_sums16(const int f, const int rows, const int nb, const 
  * so that they arrive while this tile computes: from memory, the first tile of rows over a panel
  * group would otherwise wait for its weights, then compute, never both at once. They are asked
  * into L2, not L1 (locality 2): requests into L1 hold its few miss buffers and evict the tile's
- * own weights and x, and the tile then waits on both (BENCHMARKS.md, issue 28: streamed Q4_K at
- * 4 / 8 / 16 rows 25-35% faster). */
+ * own weights and x, and the tile then waits on both (docs/benchmarks/kernel-paths). */
 ALWAYS_INLINE void tile(const int f, const int rows, const int nb, const struct xblock *x,
                         float *y, int64_t O, struct pass s) {
     vf acc[QROWS_PER_TILE][QMAX_PANELS];

@@ -9,18 +9,17 @@
 #endif
 #define VL 8
 /* 4 x 3 accumulators, 3 weight vectors and one broadcast fill the 16 registers; of the tiles that
- * fit, this one measured fastest for steps of 4-16 rows (BENCHMARKS.md, kernel paths) */
+ * fit, this one measured fastest for steps of 4-16 rows (docs/benchmarks/kernel-paths) */
 #define ROWS_PER_TILE 4
 #define MAX_PANELS 3
 #define PANELS_FOR(rows) 3
 /* the block formats' tiles and streams (qlinear.c): one panel of 8 output rows at a time, whose
  * unpacked weights, with a few rows' integer and fp32 sums, fit the 16 registers; two panels
- * spill. Measured one panel against two (bitwise the same; BENCHMARKS.md, issue 28): streamed
- * calls, Q4_K at 4-64 rows 5-9% faster on Zen 1, and on an Intel Xeon's Golden Cove cores
- * (Alder Lake's P-cores) with VNNI the 1.5B Qwen decoder layers at 4 / 8 / 16 rows 6 / 6-10 /
- * 8-12%; tiles, there, 1 row 4-7% and 2 rows 3-7% on `avx2vnni` and `avx2` alike. With VNNI a
- * row's sums take two registers and tiles run up to 6 rows before calls stream (3-6 rows 6-15%
- * faster than streamed); without it, 3-4 row tiles measured even or slower than the stream. */
+ * spill. One panel measured faster than two, bitwise the same, on Zen 1 and on an Intel Xeon's
+ * Golden Cove cores (Alder Lake's P-cores), streamed calls and tiles, `avx2vnni` and `avx2` alike.
+ * With VNNI a row's sums take two registers and tiles run up to 6 rows before calls stream (3-6
+ * row tiles faster than streamed); without it, 3-4 row tiles measured even or slower than the
+ * stream (docs/benchmarks/kernel-paths). */
 #ifdef SPECDECODE_VNNI
 #define QROWS_PER_TILE 6
 #else

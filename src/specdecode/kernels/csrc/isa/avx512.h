@@ -17,14 +17,13 @@
 #define PANELS_FOR(rows) ((rows) <= 6 ? 4 : 3)
 /* the block formats' tile (qlinear.c): integer and fp32 accumulators, scales and unpacked weights.
  * Two panels at every row count: with four, Q6_K's two halves' sums spill at 2 rows and do not
- * pay at 1 (BENCHMARKS.md, multi-row kernels: Q6_K 1-2 rows +12-43%, Q4_K within noise; Zen 4).
+ * pay at 1 (measured on Zen 4).
  * On the AMX Xeons, one panel up to 8 rows: from memory a tile over two panels reads two weight
- * streams, which there costs more than its shared unpacking saves (1.5B Qwen decoder layers:
- * 4-7 rows 5-9% faster, 1-3 and 8 rows within 2%; the streamed calls of more rows keep two
- * panels). Zen 4 measured the other way (one panel for Q6_K at 3+ rows: 7% slower), and a path
- * cannot tell the two makers apart, so the AMX path takes it, and `avx512` without VNNI, which
- * only Intel's Skylake-SP generation runs (the Xeon forced to it: 1-4 rows 3-8% faster with one
- * panel; up to 4 rows, as tiles of 8 rows lost 1-14% at 8). */
+ * streams, which there costs more than its shared unpacking saves (the streamed calls of more
+ * rows keep two panels). Zen 4 measured the other way, and a path cannot tell the two makers
+ * apart, so the AMX path takes it, and `avx512` without VNNI, which only Intel's Skylake-SP
+ * generation runs (the Xeon forced to it: one panel faster; up to 4 rows, as tiles of 8 rows
+ * lost at 8). Numbers: docs/benchmarks/kernel-paths. */
 #ifdef SPECDECODE_AMX
 #define QROWS_PER_TILE 8
 #define QPANELS_FOR(rows) 1
@@ -37,8 +36,8 @@
 #endif
 #define QMAX_PANELS 2
 /* query heads of one KV group whose values attention.c weighs together (their value accumulators
- * fit: 8 heads x 2 vectors; a 1.5B's group of 6 heads together rather than 4 + 2, 1.2-1.4x on its
- * 64-row chunks' attention behind 2,000-8,000 cached tokens: BENCHMARKS.md) */
+ * fit: 8 heads x 2 vectors; a 1.5B's group of 6 heads together rather than 4 + 2 is faster on
+ * long prompts' chunks: docs/benchmarks/prefill) */
 #define ATTENTION_HEADS 8
 /* query heads of a KV group attention.c scores together, and keys at a time:
  * 3 heads x 8 keys of accumulators, their queries and a key: 28 of the 32 registers */
