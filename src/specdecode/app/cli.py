@@ -346,9 +346,10 @@ def _add_train(sub: "argparse._SubParsersAction") -> None:
     r.add_argument("--model", default=DEFAULT_MODEL,
                    help=f"alias, .gguf file or model directory of a natively computed model "
                         f"(default: {DEFAULT_MODEL})")
-    r.add_argument("--prompts", required=True,
-                   help="JSONL file of prompts with fields id, prompt and source (for example "
-                        "the project's ../shared/data/train_prompts.jsonl)")
+    r.add_argument("--prompts",
+                   help="JSONL file of prompts with fields id, prompt and source (default: the "
+                        "11,949 instructions shipped with the package, GSM8K train, Dolly, "
+                        "self-instruct and Open-Assistant)")
     r.add_argument("--out", required=True,
                    help="directory for the answers, features, checkpoint and the head")
     r.add_argument("--num-prompts", type=int, default=DEFAULT_NUM_PROMPTS,

@@ -256,8 +256,10 @@ def train(args: argparse.Namespace) -> int:
     import shlex
 
     from .train import TrainOptions, run_training
+    from .train.data import shipped_prompts
 
-    options = TrainOptions(args.method, Path(args.out), Path(args.prompts), args.model,
+    prompts = Path(args.prompts) if args.prompts else shipped_prompts()
+    options = TrainOptions(args.method, Path(args.out), prompts, args.model,
                            args.num_prompts, args.val_prompts, args.max_new_tokens, args.epochs,
                            args.draft_vocab, args.medusa_heads, args.lr, args.batch_size,
                            args.seed)

@@ -11,6 +11,7 @@ import json
 import random
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -19,14 +20,22 @@ import torch
 from ...errors import InvalidParameterError, SpecDecodeError
 
 ANSWERS_FILE = "answers.jsonl"
+
 # Answers come from transformers' batched greedy generate: larger batches make more answer tokens
-# a second than our one-request engine (BENCHMARKS.md, measurements behind defaults); 64 rows of up to 640 tokens keep
-# the KV cache of a batch within a few GB.
+# a second than our one-request engine (docs/benchmarks/defaults); 64 rows of up to 640 tokens
+# keep the KV cache of a batch within a few GB.
 GENERATION_BATCH = 64
 # A few instructions run to ~750 tokens; a padded batch would pay for them in every row.
 MAX_PROMPT_TOKENS = 512
 
 AnswerFn = Callable[[list[list[int]]], list[list[int]]]  # prompts' ids -> their answers' ids
+
+
+def shipped_prompts() -> Path:
+    """The training prompts shipped with the package (11,949 instructions: GSM8K train, Dolly
+    open QA, self-instruct, Open-Assistant; none from Spec-Bench; licences in
+    data/TRAIN_PROMPTS_LICENSE.md)."""
+    return Path(str(resources.files("specdecode") / "data" / "train_prompts.jsonl"))
 
 
 @dataclass(frozen=True)
