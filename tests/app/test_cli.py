@@ -121,3 +121,15 @@ def test_hub_id_when_hub_unreachable_exits_2_quickly(capsys, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     code, _, err = run_cli(capsys, "generate", "--model", "someorg/somemodel", "hi")
     assert code == 2 and "hub is unreachable" in err and len(err.strip().splitlines()) == 1
+
+
+def test_generate_says_plainly_when_the_token_limit_cut_the_answer(capsys, tiny_real_vocab_model):
+    code, out, _ = run_cli(capsys, "generate", "--model", str(tiny_real_vocab_model),
+                           "--max-new-tokens", "5", "hello")
+    assert code == 0
+    assert "the answer was cut at --max-new-tokens 5" in out
+    code, out, _ = run_cli(capsys, "generate", "--model", str(tiny_real_vocab_model),
+                           "--max-new-tokens", "5", "--stop", "a", "--stop", "e", "--stop", "o",
+                           "--stop", " ", "hello")
+    assert code == 0
+    assert "cut at" not in out

@@ -68,6 +68,9 @@ def generate(args: argparse.Namespace) -> int:
             chunks.append(chunk)
         print()
         result = collect(chunks)
+        if result.finish_reason == "length":
+            print(f"[the answer was cut at --max-new-tokens {args.max_new_tokens}: it did not "
+                  f"finish; raise the limit for the whole answer]")
     base = plain.generate(ids, **kwargs) if plain else None
     greedy = args.temperature == 0
     if args.json:
