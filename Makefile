@@ -5,7 +5,7 @@ STAMP := .venv/.installed
 TEST_STAMP := .venv/.test
 MODELS := .venv/.models
 
-.PHONY: run test setup models peers bench clean
+.PHONY: run test test-order setup models peers bench clean
 
 setup: $(STAMP)
 
@@ -39,7 +39,8 @@ $(MODELS): $(STAMP) src/specdecode/models/parts.py
 # sdist vendors (from PyPI; ~15 minutes on 2 cores, once) into the cache bench looks in. Its AMX
 # matrix path is left out (-mno-amx-int8 outranks -march=native; a no-op without AMX): on this
 # project's Sapphire Rapids-class Xeon every prompt of its Q4_K_M files segfaults in
-# ggml_backend_amx_mul_mat (llama.cpp issue 20824), and its other kernels, repacked ones included, run.
+# ggml_backend_amx_mul_mat (llama.cpp's bug report 20824), and its other kernels, repacked ones
+# included, run.
 LLAMA_CPP_PYTHON := 0.3.36
 SPECDECODE_CACHE ?= $(HOME)/.cache/specdecode
 PEERS_DIR := $(SPECDECODE_CACHE)/llama.cpp
@@ -66,12 +67,23 @@ $(PEERS_DIR)/build/bin/llama-server: $(PEERS_DIR)/build/bin/llama-completion
 # speculative (the 1.5B's default, `draft`) against plain decoding. One prompt is one sample: the
 # echo gives the benchmark's averages.
 run: setup models
-	.venv/bin/specdecode generate --model qwen2.5-coder-1.5b --compare --max-new-tokens 192 \
+	.venv/bin/specdecode generate --model qwen2.5-coder-1.5b --compare --max-new-tokens 512 \
 	  "Write a Python function that parses a log file where each line looks like '2026-12-03 08:15:02 ERROR disk full' and returns a dict mapping each level (INFO, WARNING, ERROR) to the number of lines with it. Include a docstring and a short example of its use."
-	@echo "One prompt is one sample. Over code and math prompts outside Spec-Bench, draft ran 1.50-1.61x plain decoding on 2 Intel Xeon (avx512amx) cores and 1.31-1.43x on 2 AMD EPYC Zen 4 cores, identical greedy output on every prompt (BENCHMARKS.md)."
+	@echo "One prompt is one sample. Over code and math prompts outside Spec-Bench, draft ran 1.50-1.61x plain decoding on 2 Intel Xeon (avx512amx) cores and 1.31-1.43x on 2 AMD EPYC Zen 4 cores, identical greedy output on every prompt (docs/benchmarks/qwen-pair)."
 
 test: $(TEST_STAMP) models
 	$(PY) -m pytest -q -rs
+
+# Order dependence shows here, not in `make test`: the suite with its modules and each module's
+# tests shuffled (pytest-random-order; ORDER_SEED picks the order, and the run's header names it),
+# then every test file alone in its own process.
+ORDER_SEED ?= 20261207
+test-order: $(TEST_STAMP) models
+	$(PY) -m pytest -q -p no:cacheprovider --random-order-bucket=module \
+	  --random-order-seed=$(ORDER_SEED)
+	fail=0; for f in $$(find tests -name 'test_*.py' | sort); do \
+	  $(PY) -m pytest -q -p no:cacheprovider $$f || { echo "FAILED ALONE: $$f"; fail=1; }; \
+	done; exit $$fail
 
 bench: setup
 	.venv/bin/specdecode bench --limit 3

@@ -206,7 +206,7 @@ def test_draft_model_cache_reuse_gives_same_greedy_draft_as_from_scratch(backend
 
     def sequence(context: list[int], drafter: DraftModel) -> SimpleNamespace:
         seq = SimpleNamespace(context=torch.tensor(context), sampling=SamplingParams(),
-                              generator=None, drafter_state=None, constraint=None,
+                              draw=None, drafter_state=None, constraint=None,
                               config=GenerationConfig())
         drafter.start(seq)
         return seq

@@ -103,26 +103,35 @@ def _answers(url: str) -> list[str]:
     return out
 
 
+def _new_ray_processes(before: set[int]) -> list[psutil.Process]:
+    """Ray's processes that were not running at `before` (pids): another test's instance, up
+    while this one runs in whatever order the tests take, is not this one's to stop."""
+    return [p for p in _ray_processes() if p.pid not in before]
+
+
 def test_bad_replica_counts_are_one_line_errors_before_ray_starts(capsys):
+    before = {p.pid for p in _ray_processes()}
     assert main(["serve", "--ray", "--replicas", "0"]) == 2
     assert main(["serve", "--ray", "--replicas", "2", "--max-replicas", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("--replicas" in line for line in err)
-    assert not _ray_processes()
+    assert not _new_ray_processes(before)
 
 
 def test_serve_ray_stops_on_sigterm_and_leaves_no_ray_process_behind():
+    before = {p.pid for p in _ray_processes()}
     server = Server(["--model", MODEL, "--ray", "--replicas", "1", "--threads", "1"])
     try:
         server.wait()
         assert httpx.get(server.url + "/v1/models", timeout=30).json()["data"][0]["id"] == MODEL
+        assert _new_ray_processes(before)  # its own instance, so the check below can fail
     finally:
         server.stop()
     assert server.process.returncode == 0, server.process.stderr.read()[-2000:]
     deadline = time.monotonic() + 30
-    while _ray_processes() and time.monotonic() < deadline:
+    while _new_ray_processes(before) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _ray_processes(), "Ray left processes behind"
+    assert not _new_ray_processes(before), "Ray left processes behind"
 
 
 def test_ray_replicas_answer_what_one_local_server_answers(ray_url, local_url):

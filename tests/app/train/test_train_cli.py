@@ -97,10 +97,28 @@ def test_a_used_out_dir_needs_resume_and_the_same_data_settings(capsys, tmp_path
     assert code == 2 and "other settings" in err and err.count("\n") == 1
 
 
-def test_unknown_kind_and_missing_out_or_prompts_are_one_line_argument_errors(capsys):
-    for argv in (["draft", "--out", "x", "--prompts", "p"], ["eagle", "--prompts", "p"],
-                 ["eagle", "--out", "x"]):
+def test_unknown_kind_and_missing_out_are_one_line_argument_errors(capsys):
+    for argv in (["draft", "--out", "x", "--prompts", "p"], ["eagle", "--prompts", "p"]):
         with pytest.raises(SystemExit) as exit_info:
             main(["train", *argv])
         assert exit_info.value.code == 2
         assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_train_without_prompts_reads_the_shipped_ones(capsys, tmp_path, tiny_real_vocab_model):
+    """A fresh install trains from the prompts shipped with the package (none is Spec-Bench's)."""
+    from specdecode.app.bench.specbench import load_questions
+    from specdecode.app.train.data import read_prompts, shipped_prompts
+
+    records = read_prompts(shipped_prompts())
+    assert len(records) == 11949 and {"MIT", "Apache-2.0"} <= {r["license"] for r in records}
+    turns = {t.strip() for q in load_questions() for t in q["turns"]}
+    assert not turns & {r["prompt"].strip() for r in records}
+    out = tmp_path / "run"
+    code, stdout, err = _train(capsys, "eagle", "--model", str(tiny_real_vocab_model), "--out",
+                               str(out), "--num-prompts", "4", "--val-prompts", "2",
+                               "--max-new-tokens", "4", "--epochs", "1", "--draft-vocab", "300")
+    assert code == 0, err
+    assert "validation τ" in stdout
+    settings = json.loads((out / train_run.RUN_FILE).read_text())
+    assert settings["prompts"] == str(shipped_prompts().resolve())
