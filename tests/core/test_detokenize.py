@@ -76,12 +76,13 @@ def test_stop_prefix_is_held_back_until_disambiguated():
     assert out == "abcdSTx"
 
 
-def test_earliest_of_several_stop_strings_wins():
-    text = IncrementalText(decode, stop=["world", "lo w"])
-    deltas = feed(text, b"hello world", 1)
+@pytest.mark.parametrize("chunk", [1, 11])
+def test_earliest_of_several_stop_strings_wins_and_is_the_one_named(chunk):
+    text = IncrementalText(decode, stop=["lo w", "world", "ello"])
+    deltas = feed(text, b"hello world", chunk)
     deltas.append(text.flush())
-    assert text.stopped
-    assert "".join(deltas) == "hel"
+    assert text.stopped and text.matched == "ello"
+    assert "".join(deltas) == "h"
 
 
 def test_stop_string_spanning_pushes_is_found():

@@ -19,16 +19,21 @@ class IncrementalText:
         self.ids: list[int] = []
         self.text = ""  # full text so far, cut at a stop string when one was seen
         self.emitted = 0  # characters of self.text already returned
-        self.stopped = False
+        self.matched: str | None = None  # the stop string the text ends at, once one was seen
+
+    @property
+    def stopped(self) -> bool:
+        return self.matched is not None
 
     def push(self, ids: list[int]) -> str:
         """Add tokens; return the text that is now safe to show."""
         self.ids.extend(ids)
         text = self.decode(self.ids)
-        for stop in self.stop:
-            at = text.find(stop, max(0, self.emitted - len(stop)))
-            if at != -1:
-                text, self.stopped = text[:at], True
+        found = [(at, stop) for stop in self.stop
+                 if (at := text.find(stop, max(0, self.emitted - len(stop)))) != -1]
+        if found:  # the text ends at the earliest match (overlapping ones included)
+            at, self.matched = min(found)
+            text = text[:at]
         self.text = text
         safe = len(text)
         if not self.stopped:

@@ -45,6 +45,7 @@ class Chunk:
     token_ids: list[int]  # tokens confirmed by this step (EOS excluded)
     text: str = ""  # text delta that is safe to show
     finish_reason: str | None = None  # set on the last chunk: "stop" (EOS, stop string) or "length"
+    stop_string: str | None = None  # set on the last chunk when a stop string ended it
     stats: RunStats | None = None  # set on the last chunk
     # token_ids' own (and a final EOS's), when the config asks
     logprobs: list[TokenLogprob] | None = None
@@ -294,6 +295,7 @@ def _finish(drafter: Drafter, seq: SequenceState, last: Chunk) -> Chunk:
     drafter.finish(seq)
     last.text += seq.text.flush() if seq.text else ""
     last.finish_reason, last.stats = seq.finish_reason, seq.stats
+    last.stop_string = seq.text.matched if seq.text else None
     return last
 
 
