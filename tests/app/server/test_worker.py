@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from specdecode.app.server import worker
+from specdecode.app.server.request import EngineRequest
 from specdecode.app.server.worker import Job, RequestTimeoutError
 
 
@@ -14,7 +15,7 @@ def test_a_wait_for_the_deadline_that_ends_a_little_early_is_still_the_timeout(m
     """asyncio may end a timed wait up to its clock's resolution before the deadline, when
     time.monotonic() still reads just short of it: that is the timeout, never an empty event."""
     async def main() -> None:
-        job = Job([], None, (None, None), {}, timeout=60.0)
+        job = Job(EngineRequest([], max_new_tokens=1), timeout=60.0)
 
         async def ended_early(awaitable, timeout):
             awaitable.close()

@@ -1,7 +1,8 @@
 """Who may use the server and how much they may send, checked before a request reaches a route.
 
-- With an API key, every `/v1/` request needs `Authorization: Bearer KEY`; otherwise 401 in
-  OpenAI's error shape (`/health` and `/metrics` stay open, for probes and scrapers).
+- With an API key, every `/v1/` request needs `Authorization: Bearer KEY` (OpenAI's clients) or
+  `x-api-key: KEY` (Anthropic's); otherwise 401 in the error shape of the route's dialect
+  (`/health` and `/metrics` stay open, for probes and scrapers).
 - A body over `max_body_bytes` gets 413 before it is parsed: at once from its Content-Length, or
   as soon as a body sent without one (chunked) has grown past it.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import hmac
 import json
 
-from .responses import error_body
+from .errors import body_for
 
 PROTECTED_PREFIX = "/v1/"
 # far above any prompt a context window holds (a 128k-token prompt is ~0.5 MB of text), far below
@@ -30,19 +31,20 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if self.api_key and scope["path"].startswith(PROTECTED_PREFIX) \
-                and not self._authorized(headers.get("authorization", "")):
-            await _reply(send, 401, "Incorrect API key provided: send it as `Authorization: "
-                         "Bearer KEY`", "invalid_api_key", {"www-authenticate": "Bearer"})
+        path = scope["path"]
+        if self.api_key and path.startswith(PROTECTED_PREFIX) and not self._authorized(headers):
+            await _reply(send, path, 401, "Incorrect API key provided: send it as "
+                         "`Authorization: Bearer KEY` or `x-api-key: KEY`", "invalid_api_key",
+                         {"www-authenticate": "Bearer"})
             return
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body_bytes:
-            await _reply(send, 413, self._too_large(), "request_too_large")
+            await _reply(send, path, 413, self._too_large(), "request_too_large")
             return
         if not length.isdigit():  # sent chunked: read it here, up to the limit, then replay it
             body = await self._read_bounded(receive)
             if body is None:
-                await _reply(send, 413, self._too_large(), "request_too_large")
+                await _reply(send, path, 413, self._too_large(), "request_too_large")
                 return
             receive = _replay(body, receive)
         await self.app(scope, receive, send)
@@ -61,10 +63,11 @@ class RequestGuard:
             if not message.get("more_body", False):
                 return b"".join(parts)
 
-    def _authorized(self, authorization: str) -> bool:
-        scheme, _, token = authorization.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(),
-                                                                  self.api_key.encode())
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer":
+            token = headers.get("x-api-key", "")
+        return hmac.compare_digest(token.strip().encode(), self.api_key.encode())
 
     def _too_large(self) -> str:
         return f"the request body is larger than this server's limit of {self.max_body_bytes} bytes"
@@ -84,9 +87,9 @@ def _replay(body: bytes, receive):
     return replayed
 
 
-async def _reply(send, status: int, message: str, code: str,
+async def _reply(send, path: str, status: int, message: str, code: str,
                  extra_headers: dict[str, str] | None = None) -> None:
-    body = json.dumps(error_body(message, code=code)).encode()
+    body = json.dumps(body_for(path, status, message, code=code)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.encode(), v.encode()) for k, v in (extra_headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})

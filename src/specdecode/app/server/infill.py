@@ -1,6 +1,6 @@
 """llama.cpp's `/infill` dialect, for the editor plugins written for it (llama.vscode, llama.vim):
 the prompt from its fields, its rules for where a middle ends, and its answer's shape. The route
-itself is in `app` (`_infill`); fill-in-the-middle prompts are `models.fim`'s.
+and its answers, whole and streamed; fill-in-the-middle prompts are `models.fim`'s.
 
 Its answers are compact JSON on one line: llama.vim accepts an answer only when it matches
 `"content"\\s*:"` (no space after the colon) and, in Vim, reads it line by line.
@@ -12,8 +12,20 @@ import json
 import time
 from typing import Any, Callable
 
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from ...core.engine import Chunk
 from ...models import LoadedModel
+from . import openai_format
+from .errors import api_error
+from .request import EngineRequest
 from .schemas import InfillRequest
+from .state import ServerState, fim_ends, server_state, speculative
+from .streaming import JobStream, next_chunk
+from .worker import Job
+
+router = APIRouter()
 
 
 class FimPrompt:
@@ -122,6 +134,117 @@ def fields(answer: dict, paths: list[str] | None) -> dict:
     return out
 
 
-def event(obj: dict) -> str:
+def sse_event(obj: dict) -> str:
     """One server-sent event as llama.cpp writes it: compact JSON, no [DONE] after the last."""
     return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+@router.post("/infill")
+async def infill(body: InfillRequest, request: Request) -> Response:
+    """llama.cpp's /infill: `n_cmpl` completions of the middle, whole (one object, an
+    array for several) or streamed as llama.cpp streams them. Greedy completions are all the
+    same: one is decoded and copied."""
+    state, arrived = server_state(request), time.monotonic()
+    if body.model:
+        state.check_model(body.model)
+    stops = fim_ends(state)
+    context, limit = state.model.context_length, body.token_limit
+    if limit == 0:  # a warm-up of llama.cpp's prompt cache, which this server does not keep
+        return _infill_answer([result(body, state.model_id, context, 0, "", "limit", 0, 0,
+                                      False, 0.0, 0.0, {})], body.n_cmpl)
+    prompt = FimPrompt(state.model, body.input_prefix, body.input_suffix, body.prompt,
+                       [(f.filename, f.text) for f in body.input_extra],
+                       limit=context - (limit or context // 4))
+    asked = EngineRequest([prompt], limit or context, body.temperature, body.top_k, body.top_p,
+                          body.min_p, None if body.seed in (None, -1) else body.seed,
+                          tuple(body.stop), stops, n=body.n_cmpl if body.temperature > 0 else 1,
+                          **speculative(body.speculative))
+    job = Job(asked, state.request_timeout)
+    state.worker.submit(job)
+    middles = _Middles(job, body, arrived)
+    try:
+        event = await next_chunk(job, request)
+        if body.stream:
+            return JobStream(_infill_events(job, event, middles, state, prompt), job)
+        middles.push(*event)
+        while not middles.done:
+            middles.push(*await next_chunk(job, request))
+    except BaseException:
+        job.cancel()
+        raise
+    job.cancel()  # a middle ended by a rule of llama.cpp's leaves the engine here
+    return _infill_answer([middles.result(i, state, prompt) for i in range(job.choices)],
+                          body.n_cmpl)
+
+
+class _Middles:
+    """The middles of one /infill request as their chunks arrive, each ended by the model or by
+    llama.cpp's rules (`MiddleEnd`), timed from the request's arrival."""
+
+    def __init__(self, job: Job, body: InfillRequest, arrived: float) -> None:
+        self.job, self.body, self.arrived = job, body, arrived
+        self.ends = [MiddleEnd(body.n_indent, body.t_max_predict_ms)
+                     for _ in range(job.choices)]
+        self.texts, self.tokens = [""] * job.choices, [0] * job.choices
+        self.finished: list[str | None] = [None] * job.choices  # "eos" or "limit" once done
+        self.first: float | None = None
+        self.last = arrived
+
+    @property
+    def done(self) -> bool:
+        return all(self.finished)
+
+    def push(self, index: int, chunk: Chunk) -> str:
+        """Take a chunk of choice `index`; returns the text it adds to that middle."""
+        self.first = self.first or time.monotonic()
+        if self.finished[index] is not None:
+            return ""
+        end = self.ends[index]
+        delta = end.push(chunk.text, final=chunk.finish_reason is not None)
+        self.texts[index] += delta
+        self.tokens[index] += len(chunk.token_ids)
+        if end.ended or chunk.finish_reason is not None:
+            self.finished[index] = "eos" if chunk.finish_reason == "stop" else "limit"
+            self.last = time.monotonic()
+        return delta
+
+    def result(self, index: int, state: ServerState, prompt: FimPrompt) -> dict:
+        job = self.job
+        stats = openai_format.usage(job.prompt_tokens, [job.runs[index]], job.decoder,
+                                job.budget)["speculative"]
+        first = self.first or self.last
+        return result(self.body, state.model_id, state.model.context_length, index,
+                             self.texts[index], self.finished[index] or "limit",
+                             job.prompt_tokens, self.tokens[index], prompt.truncated,
+                             first - self.arrived, self.last - first, stats)
+
+
+def _infill_answer(results: list[dict], copies: int) -> JSONResponse:
+    """One object, or an array of `copies` (a greedy answer copied, index by index)."""
+    if copies == 1:
+        return JSONResponse(results[0])
+    return JSONResponse([{**results[i % len(results)], **({"index": i} if "index" in results[0]
+                                                         else {})} for i in range(copies)])
+
+
+async def _infill_events(job: Job, event: tuple[int, Chunk], middles: _Middles,
+                         state: ServerState, prompt: FimPrompt):
+    """/infill streamed as llama.cpp streams it: a partial object per delta (stop false), then
+    each completion's whole object with stop true and its content already sent."""
+    try:
+        while True:
+            delta = middles.push(*event)
+            if delta:
+                yield sse_event({"index": event[0], "content": delta, "tokens": [],
+                                    "stop": False, "id_slot": -1,
+                                    "tokens_predicted": middles.tokens[event[0]],
+                                    "tokens_evaluated": job.prompt_tokens})
+            if middles.done:
+                break
+            event = await job.next_event()
+        for i in range(job.choices):
+            yield sse_event({**middles.result(i, state, prompt), "content": ""})
+    except Exception as exc:
+        yield f"error: {json.dumps(api_error(exc).body(), separators=(',', ':'))}\n\n"
+    finally:
+        job.cancel()

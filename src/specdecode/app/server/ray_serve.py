@@ -59,7 +59,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...errors import InvalidParameterError, SpecDecodeError
-from . import responses
+from . import openai_format
 from .launch import build_app
 from .ray_metrics import PERIOD_S as METRICS_PERIOD_S
 from .ray_metrics import RayMetricsMirror
@@ -231,7 +231,7 @@ class Ingress:
 
     async def __call__(self, request: Request) -> Response:
         if request.url.path == "/metrics":  # one replica's would pass for all replicas'
-            return JSONResponse(responses.error_body(
+            return JSONResponse(openai_format.error_body(
                 METRICS_ELSEWHERE, "invalid_request_error", None, "not_found"), 404)
         body = await request.body()
         forwarded = Forwarded(request.method, request.url.path,
@@ -249,11 +249,11 @@ class Ingress:
                 continue
             except Exception as exc:  # noqa: BLE001  (a bug: answered, logged, never a hang)
                 log.error("forwarding failed", exc_info=exc)
-                return JSONResponse(responses.error_body(
+                return JSONResponse(openai_format.error_body(
                     "internal server error; see the replica's log", "server_error", None,
                     "internal_error"), 500)
             return _Relayed(start, messages)
-        return JSONResponse(responses.error_body(
+        return JSONResponse(openai_format.error_body(
             f"no replica could answer: {failure}", "server_error", None, "replica_died"), 503)
 
 
@@ -283,7 +283,7 @@ class _Relayed(Response):
             log.warning("a replica failed mid-answer: %r", exc)
             tail = b""
             if streamed:
-                error = responses.error_body(DIED, "server_error", None, "replica_died")
+                error = openai_format.error_body(DIED, "server_error", None, "replica_died")
                 tail = f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode()
             await send({"type": "http.response.body", "body": tail, "more_body": False})
             finished = True

@@ -18,7 +18,6 @@ import time
 from typing import Any, Callable, Iterable
 
 from ...core.budget import DraftBudget
-from ...core.constraint import Grammar
 from ...core.engine import Batch, Chunk, Speculation
 from ...core.prefix_cache import PrefixCache
 from ...core.run_stats import RunStats
@@ -29,6 +28,7 @@ from ...models.timing import step_cost
 from ...pipeline import SpecDecoder
 from ...spec import resolve
 from .metrics import ServerMetrics
+from .request import EngineRequest
 
 log = logging.getLogger("specdecode.server")
 TIMEOUT_MESSAGE = "the request ran past the server's time limit"
@@ -72,20 +72,16 @@ class DecoderCache:
 
 
 class Job:
-    """One generation request, shared by the handler (asyncio loop) and the worker thread: `n`
-    choices of each of its prompts, choice i of prompt p at index p * n + i.
+    """One generation request (`request.EngineRequest`) in flight, shared by the handler (asyncio
+    loop) and the worker thread.
 
     `events` receives (index, Chunk) pairs, each choice's last chunk with finish_reason set, or
-    one exception that ends the job. `prepares` run on the worker thread and return each prompt's
-    token ids: the tokenizer is not thread-safe, so it is only ever used there (for the bytes
-    of the tokens the chunks' logprobs name, too: `pieces`, filled before a chunk is sent)."""
+    one exception that ends the job. The request's prompts are prepared on the worker thread
+    (the tokenizer is not thread-safe), and so are the bytes of the tokens the chunks' logprobs
+    name (`pieces`, filled before a chunk is sent)."""
 
-    def __init__(self, prepares: list[Callable[[], list[int]]], method: str | None,
-                 caps: tuple[int | None, int | None], params: dict, timeout: float,
-                 grammar: Grammar | None = None, n: int = 1, echo: bool = False) -> None:
-        self.prepares, self.method, self.caps, self.params = prepares, method, caps, params
-        self.grammar = grammar  # what the output must match (compiled by the handler)
-        self.n, self.echo = n, echo
+    def __init__(self, request: EngineRequest, timeout: float) -> None:
+        self.request = request
         self.created = time.monotonic()
         self.deadline = self.created + timeout
         self.prompt_ids: list[list[int]] = []  # set by the worker before the first chunk is sent
@@ -107,7 +103,7 @@ class Job:
 
     @property
     def choices(self) -> int:
-        return len(self.prepares) * self.n
+        return self.request.choices
 
     @property
     def prompt_tokens(self) -> int:
@@ -273,25 +269,25 @@ class EngineWorker:
         """Join the job's choices to the batch (appending them to `seqs`): per prompt, the
         first reads it and the others share that prefill (`Batch.fork`); choice i of a prompt is
         seeded with seed + i."""
-        decoder = job.decoder = self.decoders.get(job.method)
-        job.budget = decoder.caps(*job.caps)  # what it runs with, for its usage report
-        params, seed = dict(job.params), job.params.get("seed")
-        for p, prepare in enumerate(job.prepares):
+        asked = job.request
+        decoder = job.decoder = self.decoders.get(asked.method)
+        # what it runs with, for its usage report
+        job.budget = decoder.caps(asked.max_draft_nodes, asked.max_draft_depth)
+        for p, prepare in enumerate(asked.prompts):
             ids = prepare()
             job.prompt_ids.append(ids)
-            if job.echo:
+            if asked.echo:
                 job.learn_pieces(decoder.model, ids)
             first = None
-            for i in range(job.n):
-                params["seed"] = None if seed is None else seed + i
+            for i in range(asked.n):
                 request = decoder.request(ids, max_draft_nodes=job.budget.nodes,
                                           max_draft_depth=job.budget.depth,
-                                          grammar=job.grammar, **params)
+                                          **asked.engine_settings(i))
                 seq = batch.join(request) if first is None else batch.fork(first, request)
                 first = first or seq
                 seqs.append(seq)
                 job.runs.append(seq.stats)
-                self._running[id(seq)] = (job, seq, p * job.n + i)
+                self._running[id(seq)] = (job, seq, p * asked.n + i)
 
     def _leave_stopped(self, batch: Batch) -> None:
         """Cancelled and timed-out jobs leave the batch (the handler reports the timeout once it

@@ -1,4 +1,4 @@
-"""OpenAI response shapes: whole responses, stream chunks, usage, and error bodies.
+"""OpenAI's chat and completion shapes: whole responses, stream chunks, usage, and error bodies.
 
 Kept apart from the routes so the wire format lives in one place; everything here is a plain dict
 ready for `json.dumps`.
@@ -6,21 +6,12 @@ ready for `json.dumps`.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
 from ...core.budget import DraftBudget
 from ...core.run_stats import RunStats
 from ...pipeline import SpecDecoder
-
-DONE = "data: [DONE]\n\n"
-
-
-def sse(obj: dict) -> str:
-    """One server-sent event, as the OpenAI API frames its stream."""
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
 
 def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,
                code: str | None = None) -> dict:

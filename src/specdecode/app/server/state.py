@@ -1,0 +1,78 @@
+"""What every route reads of the server: the model, the engine worker, the metrics, and the
+checks that do not depend on a dialect (the model's name, the speculative method asked for, the
+model's fill-in-the-middle tokens)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from ...drafters import DRAFTERS
+from ...core.constraint import Grammar
+from ...errors import InvalidParameterError
+from ...grammars import GrammarCompiler
+from ...models import LoadedModel
+from ...models.fim import FimTokens
+from .errors import APIError
+from .metrics import ServerMetrics
+from .schemas import SpeculativeOptions
+from .worker import EngineWorker
+
+
+@dataclass
+class ServerState:
+    model: LoadedModel
+    worker: EngineWorker
+    metrics: ServerMetrics
+    model_id: str  # what /v1/models reports and requests may name
+    request_timeout: float
+    created: int
+    tool_markers: tuple[str, str] | None  # `tools.markers` of the model (None: no tool calls)
+    fim: FimTokens | None  # the model's fill-in-the-middle tokens (None: it has none)
+    grammars: GrammarCompiler  # the model's, its tokenizer set up before serving
+    compiling: ThreadPoolExecutor = field(  # where grammars compile, beside the engine thread
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="specdecode-grammar"))
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name not in (self.model_id, self.model.name):
+            raise APIError(404, f"The model `{name}` does not exist; this server serves "
+                                f"`{self.model_id}`", param="model", code="model_not_found")
+
+
+def server_state(request: Request) -> ServerState:
+    return request.app.state.specdecode
+
+
+def speculative(spec: SpeculativeOptions | None) -> dict:
+    """The request's method and draft caps (None: the server's), as `EngineRequest` fields."""
+    method = spec.method if spec else None
+    if method is not None and method not in DRAFTERS:
+        raise APIError(400, f"unknown speculative method {method!r} (choose from "
+                            f"{', '.join(sorted(DRAFTERS))})", param="speculative.method")
+    return dict(method=method, max_draft_nodes=spec.max_draft_nodes if spec else None,
+                max_draft_depth=spec.max_draft_depth if spec else None)
+
+
+def fim_ends(state: ServerState) -> frozenset[int]:
+    """The tokens that end a middle besides the model's EOS (a 400 for a model without FIM
+    tokens)."""
+    if state.fim is None:
+        raise InvalidParameterError(f"{state.model.name} has no fill-in-the-middle tokens "
+                                    "(<|fim_prefix|>, <fim-prefix>, <PRE>, ...): it cannot fill "
+                                    "a middle")
+    return state.fim.ends
+
+
+async def compile_grammar(state: ServerState, output_format: tuple[str, Any] | None
+                          ) -> Grammar | None:
+    """The grammar of ("json_schema", schema), ("gbnf", text), ... (None: free text), compiled on
+    a thread of its own (llguidance releases the GIL): a slow schema holds its request only,
+    never the engine thread and the requests streaming there."""
+    if output_format is None:
+        return None
+    return await asyncio.get_running_loop().run_in_executor(
+        state.compiling, state.grammars.compile, *output_format)

@@ -1,0 +1,50 @@
+"""Streaming, written once for every dialect: server-sent-event framing, the wait for a job's next
+event that notices a client gone before anything was sent, and the response that cancels its job
+however the stream ends.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from ...core.engine import Chunk
+from .errors import APIError
+from .worker import Job
+
+DISCONNECT_POLL_SECONDS = 0.5  # how often a waiting, not yet answered request checks its client
+DONE = "data: [DONE]\n\n"
+
+
+def sse(obj: dict) -> str:
+    """One server-sent event, as the OpenAI API frames its stream."""
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def next_chunk(job: Job, request: Request) -> tuple[int, Chunk]:
+    """Wait for the job's next (choice, chunk) while nothing has been sent yet, noticing a
+    client that gives up meanwhile (so its queued or running job does not hold the engine)."""
+    while True:
+        event = await job.next_event(poll=DISCONNECT_POLL_SECONDS)
+        if event is not None:
+            return event
+        if await request.is_disconnected():
+            raise APIError(499, "client closed the request", code="client_closed_request")
+
+
+class JobStream(StreamingResponse):
+    """A server-sent-event response that cancels its job however it ends (done, client gone,
+    server stopping): the engine stops at its next step instead of generating for nobody."""
+
+    def __init__(self, content, job: Job) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.job = job
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.job.cancel()
