@@ -28,7 +28,7 @@ from specdecode.drafters.layerskip import LayerSkip
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
 from specdecode.models.decoder import NativeDecoder
-from seeding import generators_from
+from seeding import unseeded_outcomes
 
 
 class NoRepeat(Constraint):
@@ -231,13 +231,7 @@ def constrained_outcomes(target, drafter, k: int | None, seeds, nodes: int | Non
                          batched: bool = False) -> Counter:
     config = GenerationConfig(LENGTH, T1, grammar=GRAMMAR)  # unseeded: recursive rejection
     limit = (lambda: DraftLimit(nodes or k, k)) if k else (lambda: None)
-    with generators_from(seeds):
-        if batched:
-            results = generate_batch(target, [Request(PROMPT, config, drafter, limit())
-                                              for _ in seeds], max_batch=8)
-        else:
-            results = [generate(target, drafter, PROMPT, config, limit()) for _ in seeds]
-    counts = Counter(tuple(r.token_ids) for r in results)
+    counts = unseeded_outcomes(target, drafter, PROMPT, config, limit, seeds, batched)
     assert all(follows_rule(list(o), vocab=V) for o in counts)
     return counts
 

@@ -27,7 +27,7 @@ from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
 from specdecode.errors import InvalidParameterError
 from specdecode.models.decoder import NativeDecoder
-from seeding import generators_from
+from seeding import unseeded_outcomes
 
 # --- the formula and the rows -----------------------------------------------------------------
 
@@ -127,13 +127,7 @@ SAMPLED = Penalties(presence=0.8, frequency=1.2, repetition=1.6, bias=((2, 1.0),
 def penalized_outcomes(target, drafter, k: int | None, seeds, batched: bool = False) -> Counter:
     config = GenerationConfig(LENGTH, T1, penalties=SAMPLED)  # unseeded: recursive rejection
     limit = (lambda: DraftLimit(k, k)) if k else (lambda: None)
-    with generators_from(seeds):
-        if batched:
-            results = generate_batch(target, [Request(PROMPT, config, drafter, limit())
-                                              for _ in seeds], max_batch=8)
-        else:
-            results = [generate(target, drafter, PROMPT, config, limit()) for _ in seeds]
-    return Counter(tuple(r.token_ids) for r in results)
+    return unseeded_outcomes(target, drafter, PROMPT, config, limit, seeds, batched)
 
 
 _plain: dict = {}
