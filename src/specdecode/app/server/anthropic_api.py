@@ -20,7 +20,7 @@ from ...core.engine import Chunk
 from ...errors import InvalidParameterError
 from . import openai_format, tools
 from .anthropic_schemas import CountTokensRequest, MessagesRequest
-from .errors import APIError, api_error
+from .errors import api_error
 from .request import EngineRequest
 from .state import ServerState, compile_grammar, server_state, speculative
 from .streaming import JobStream, next_chunk
@@ -43,15 +43,14 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
 async def messages(body: MessagesRequest, request: Request) -> Response:
     state = server_state(request)
     state.check_model(body.model)
-    if body.max_tokens > state.model.context_length:
-        raise APIError(400, f"max_tokens must be at most the context length "
-                            f"{state.model.context_length}, got {body.max_tokens}",
-                       param="max_tokens")
     output_format = body.output_format
     if body.forced_tool_call:
         output_format = ("lark", tools.call_grammar(body.tools_in_prompt, *body.forced_tool_call,
                                                     body.parallel_tool_calls, _marks(state)))
-    asked = EngineRequest([_prompt(state, body)], body.max_tokens, body.temperature, body.top_k,
+    # a cap, as Anthropic's is: the answer ends at it or where the context is full (Claude Code
+    # asks for 32,000 tokens of a model it takes for one of a million)
+    limit = min(body.max_tokens, state.model.context_length)
+    asked = EngineRequest([_prompt(state, body)], limit, body.temperature, body.top_k,
                           body.top_p, stop=tuple(body.stop_sequences),
                           grammar=await compile_grammar(state, output_format),
                           **speculative(body.speculative))

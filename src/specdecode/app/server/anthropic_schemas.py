@@ -6,8 +6,8 @@ Honoured: `output_config.format` (a JSON schema the answer follows, through the 
 `temperature`, `top_p` and `top_k` (which older clients send; the default is Anthropic's
 temperature 1). Accepted and not needed: `metadata` (a user id for abuse tracking),
 `cache_control` on the request, its blocks and tools (every prompt's cache is kept anyway,
-`--prefix-cache-tokens`), `thinking` and `output_config.effort` (the served models do not
-reason: no thinking blocks are written), `speed` and `service_tier` (one server, one speed: its
+`--prefix-cache-tokens`), `thinking`, `output_config.effort` and `context_management` (the
+served models do not reason: no thinking blocks are written, none to clear), `speed` and `service_tier` (one server, one speed: its
 speculation). Refused by name, as every unknown field: `container`, `inference_geo`,
 `diagnostics`, `user_profile_id`, `workspace_id`, `mcp_servers` and the like.
 """
@@ -62,7 +62,7 @@ def _block(block: Any) -> dict:
 
 
 class Message(_Strict):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]  # Claude Code sends system turns too
     content: Any  # a string, or a list of content blocks
 
     @field_validator("content")
@@ -78,6 +78,8 @@ class Message(_Strict):
         """The message as chat templates take it: an assistant turn with its tool calls; a user
         turn's tool results, each a tool message, then its text."""
         text = "".join(b["text"] for b in self.content if b["type"] == "text")
+        if self.role == "system":
+            return [{"role": "system", "content": text}]
         if self.role == "assistant":
             calls = [{"id": b["id"], "type": "function", "function": {
                 "name": b["name"], "arguments": json.dumps(b["input"], ensure_ascii=False)}}
@@ -92,9 +94,18 @@ class Message(_Strict):
 class Tool(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$")
     description: str | None = None
-    input_schema: dict[str, Any]
+    input_schema: dict[str, Any] | None = None  # required unless the tool is deferred
     type: Literal["custom"] | None = None  # Anthropic's own server tools are not run here
     cache_control: dict[str, Any] | None = None
+    # not described to the model until a later request sends it undeferred (Claude Code's tool
+    # search sends a placeholder so)
+    defer_loading: bool = False
+
+    @model_validator(mode="after")
+    def _schema(self) -> "Tool":
+        if self.input_schema is None and not self.defer_loading:
+            raise ValueError("input_schema is required (unless defer_loading is true)")
+        return self
 
     def to_openai(self) -> dict:
         """The tool as the chat templates describe tools (OpenAI's function shape)."""
@@ -158,7 +169,7 @@ class CountTokensRequest(_Strict):
         """The tools the template describes (none for tool_choice "none")."""
         if not self.tools or (self.tool_choice and self.tool_choice.type == "none"):
             return None
-        return [t.to_openai() for t in self.tools]
+        return [t.to_openai() for t in self.tools if not t.defer_loading] or None
 
     @property
     def forced_tool_call(self) -> tuple[str | None] | None:
@@ -177,6 +188,7 @@ class MessagesRequest(CountTokensRequest):
     stream: bool = False
     metadata: dict[str, Any] | None = None
     cache_control: dict[str, Any] | None = None
+    context_management: dict[str, Any] | None = None  # edits of thinking blocks: none written
     output_config: OutputConfig | None = None
     speed: Literal["standard", "fast"] | None = None
     service_tier: Literal["auto", "standard_only"] | None = None
