@@ -169,6 +169,13 @@ def test_an_unknown_route_is_named_with_the_routes_served_and_the_responses_api_
     assert "the Responses API is not served" in error["message"]
 
 
+@pytest.mark.parametrize("path,body", [(C, {**P, "prompt": LONG_TEXT}), (CH, {**M, "messages": [
+    {"role": "user", "content": LONG_TEXT}]})])
+def test_a_prompt_past_the_context_has_the_code_openais_clients_check(client, path, body):
+    assert assert_openai_error(client.post(path, json=body), 400)["code"] == \
+        "context_length_exceeded"
+
+
 # every field of a request set to values of every JSON type: never a 5xx
 FUZZ_VALUES = [None, True, -1, 0, 1, 1.5, 10**30, "", "x", [], [1], ["x"], {}, {"a": 1}]
 FUZZ_FIELDS = ["model", "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k",

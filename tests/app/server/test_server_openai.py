@@ -216,3 +216,29 @@ def test_n_choices_of_a_prompt_asked_before_share_its_kept_cache(served_model):
     assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
     assert [c.message.content for c in again.choices] == [
         c.message.content for c in first.choices]
+
+
+def test_the_routes_without_v1_answer_as_those_with_it(server, client, model_id):
+    """Clients whose base URL lacks /v1 (llama.cpp's server takes both) get the same answers."""
+    with openai.OpenAI(base_url=server.url, api_key="x", max_retries=0, timeout=60) as bare:
+        assert bare.models.list().data[0].id == model_id
+        for route in ("completions", "chat"):
+            kwargs = dict(model=model_id, max_tokens=6, temperature=0)
+            if route == "chat":
+                kwargs["messages"] = [{"role": "user", "content": "Hi"}]
+                got = [c.chat.completions.create(**kwargs).choices[0].message.content
+                       for c in (bare, client)]
+            else:
+                got = [c.completions.create(prompt="Once", **kwargs).choices[0].text
+                       for c in (bare, client)]
+            assert got[0] == got[1]
+
+
+def test_every_answer_names_one_system_fingerprint(client, model_id):
+    """OpenAI's field for what a seeded answer depends on besides the request: the same for every
+    answer of one server, whole and streamed."""
+    kwargs = dict(model=model_id, max_tokens=4, messages=[{"role": "user", "content": "Hi"}])
+    whole = client.chat.completions.create(**kwargs).system_fingerprint
+    streamed = {c.system_fingerprint for c in client.chat.completions.create(stream=True,
+                                                                              **kwargs)}
+    assert whole.startswith("fp_") and streamed == {whole}

@@ -95,6 +95,7 @@ def _add_routes(app: FastAPI) -> None:
         return Response(m.render(), media_type=m.content_type)
 
     @app.get("/v1/models")
+    @app.get("/models")  # for clients whose base URL lacks /v1
     async def models(request: Request) -> dict:
         return {"object": "list", "data": [_model_card(server_state(request))]}
 

@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...errors import KernelError, SpecDecodeError
+from ...errors import KernelError, PromptTooLongError, SpecDecodeError
 from .openai_format import error_body
 from .worker import InternalError, RequestTimeoutError, ServerBusyError, ServerShutdownError
 
@@ -61,6 +61,8 @@ def api_error(exc: Exception) -> APIError:
         return exc
     if isinstance(exc, KernelError):  # the server's failure, not the request's
         return APIError(500, str(exc), "server_error", code="kernel_error")
+    if isinstance(exc, PromptTooLongError):  # the code OpenAI's clients check for
+        return APIError(400, str(exc), code="context_length_exceeded")
     if isinstance(exc, SpecDecodeError):
         return APIError(400, str(exc))
     if isinstance(exc, ServerBusyError):

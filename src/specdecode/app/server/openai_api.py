@@ -32,6 +32,7 @@ router = APIRouter()
 
 
 @router.post("/v1/completions")
+@router.post("/completions")  # for clients whose base URL lacks /v1 (llama.cpp's server has both)
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state = server_state(request)
     if body.suffix is None:
@@ -46,6 +47,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 
 
 @router.post("/v1/chat/completions")
+@router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     model = server_state(request).model
     messages = tools.template_messages([m.to_template() for m in body.messages])
@@ -132,7 +134,7 @@ async def _generate(request: Request, body: GenerationRequest,
     grammar = await compile_grammar(state, output_format or body.output_format)
     job = Job(asked.with_grammar(grammar), state.request_timeout)
     state.worker.submit(job)
-    fmt = openai_format.Formatter(state.model_id, chat)
+    fmt = openai_format.Formatter(state.model_id, chat, state.fingerprint)
     try:
         event = await next_chunk(job, request)
         if body.stream:

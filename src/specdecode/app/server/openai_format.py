@@ -40,13 +40,14 @@ def usage(prompt_tokens: int, runs: list[RunStats], decoder: SpecDecoder,
 class Formatter:
     """Builds the objects of one response; `chat` selects chat.completion vs text_completion."""
 
-    def __init__(self, model: str, chat: bool) -> None:
-        self.chat, self.model = chat, model
+    def __init__(self, model: str, chat: bool, fingerprint: str | None = None) -> None:
+        self.chat, self.model, self.fingerprint = chat, model, fingerprint
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
 
     def _head(self, object: str) -> dict:
-        return {"id": self.id, "object": object, "created": self.created, "model": self.model}
+        return {"id": self.id, "object": object, "created": self.created, "model": self.model,
+                "system_fingerprint": self.fingerprint}
 
     def choice(self, index: int, text: str | None, finish_reason: str,
                logprobs: dict | None = None, tool_calls: list[dict] | None = None) -> dict:

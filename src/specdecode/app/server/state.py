@@ -5,6 +5,7 @@ model's fill-in-the-middle tokens)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,16 @@ class ServerState:
     grammars: GrammarCompiler  # the model's, its tokenizer set up before serving
     compiling: ThreadPoolExecutor = field(  # where grammars compile, beside the engine thread
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="specdecode-grammar"))
+
+    @property
+    def fingerprint(self) -> str:
+        """OpenAI's `system_fingerprint`: what a seeded answer depends on besides the request
+        (the model file, its weight formats, the kernel path and the kernels' build): answers
+        under one fingerprint are reproducible (README, what `seed` promises)."""
+        kernels = getattr(self.model.target, "kernels", None)
+        path = getattr(kernels, "name", None) or self.model.kernels
+        key = f"{self.model.name}|{self.model.weights}|{path}|{getattr(kernels, 'build_id', '')}"
+        return "fp_" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name not in (self.model_id, self.model.name):
