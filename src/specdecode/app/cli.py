@@ -269,8 +269,11 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
                         "shrinks as the batch fills (default); always: each request drafts as if "
                         "alone; off: plain decoding for every request")
     v.add_argument("--api-key",
-                   help="require `Authorization: Bearer KEY` on /v1/ routes (default: the "
-                        "SPECDECODE_API_KEY environment variable; unset: open)")
+                   help="require `Authorization: Bearer KEY` or `x-api-key: KEY` on /v1/ routes "
+                        "(default: the SPECDECODE_API_KEY environment variable; unset: open)")
+    v.add_argument("--cors-origins", default="", metavar="ORIGINS",
+                   help="comma-separated origins whose browser pages may call the server, or * "
+                        "for any (default: none, so browsers refuse cross-origin calls)")
     v.add_argument("--max-body-bytes", type=int,
                    help="larger request bodies get 413 before they are read (default 4 MiB)")
     v.add_argument("--max-queue", type=int, default=16,

@@ -1,5 +1,5 @@
 """Who may use the server and how much they may send: the bearer key on /v1/, the body limit before
-parsing, and the official `openai` client's view of both."""
+parsing, the official `openai` client's view of both, and which browser pages may call it (CORS)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,29 @@ def test_the_openai_client_works_with_the_key_and_fails_to_authenticate_without(
     with openai.OpenAI(base_url=server.v1, api_key="wrong", max_retries=0, timeout=60) as bad:
         with pytest.raises(openai.AuthenticationError):
             bad.completions.create(model="any", prompt="hi", max_tokens=2)
+
+
+PREFLIGHT = {"Origin": "http://page.example", "Access-Control-Request-Method": "POST",
+             "Access-Control-Request-Headers": "authorization, content-type"}
+
+
+def test_a_browser_page_of_an_allowed_origin_may_call_without_a_key_in_its_preflight(
+        served_model):
+    with running(create_app(served_model, api_key=KEY, cors_origins=("http://page.example",))
+                 ) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        pre = c.options("/v1/completions", headers=PREFLIGHT)
+        assert pre.status_code == 200
+        assert pre.headers["access-control-allow-origin"] == "http://page.example"
+        r = c.post("/v1/completions", json=BODY,
+                   headers={**auth(), "Origin": "http://page.example"})
+        assert r.status_code == 200
+        assert r.headers["access-control-allow-origin"] == "http://page.example"
+        other = c.options("/v1/completions", headers={**PREFLIGHT, "Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
+
+
+def test_without_cors_origins_no_page_is_let_in(client):
+    pre = client.options("/v1/completions", headers=PREFLIGHT)
+    assert pre.status_code in (401, 405) and "access-control-allow-origin" not in pre.headers
+    r = client.post("/v1/completions", json=BODY, headers={**auth(), "Origin": "http://x.example"})
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from ...core.engine import Speculation
@@ -33,7 +34,7 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
                max_queue: int = 16, max_batch: int = 8, speculation: Speculation = "adaptive",
                request_timeout: float = 300.0, model_id: str | None = None,
                api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               prefix_cache_tokens: int = 0) -> FastAPI:
+               prefix_cache_tokens: int = 0, cors_origins: tuple[str, ...] = ()) -> FastAPI:
     """Build the app around one loaded model.
 
     `decoder` serves requests that name no `speculative` method (a bare LoadedModel gets the
@@ -41,7 +42,8 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     requests ask for by name. Up to `max_batch` requests generate together (`core.batch`), their
     draft rows chosen as `speculation` says; `api_key` (None: open) and `max_body_bytes` guard
     the routes (`guard.RequestGuard`); up to `prefix_cache_tokens` positions of prompts' caches are
-    kept for prompts that start alike (`core.prefix_cache`; 0: none)."""
+    kept for prompts that start alike (`core.prefix_cache`; 0: none); browser pages of
+    `cors_origins` ("*": any) may call it (CORS; the preflight needs no API key)."""
     options = dict(options or {})
     if isinstance(decoder, LoadedModel):
         decoder = SpecDecoder(decoder, **options)
@@ -67,7 +69,10 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
         int(time.time()), tools.markers(decoder.model.tokenizer), decoder.model.fim,
         decoder.grammars.ready())
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: counts 401 and 413
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # counts 401 and 413
+    if cors_origins:  # outermost: a browser's preflight carries no API key
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"],
+                           allow_headers=["*"])
     add_error_handlers(app)
     _add_routes(app)
     for dialect in (openai_api, anthropic_api, infill):

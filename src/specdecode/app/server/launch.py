@@ -28,7 +28,9 @@ def build_app(args: argparse.Namespace) -> tuple[FastAPI, str]:
                      request_timeout=args.request_timeout,
                      model_id=args.served_model_name, api_key=api_key,
                      max_body_bytes=max_body_bytes,
-                     prefix_cache_tokens=args.prefix_cache_tokens)
+                     prefix_cache_tokens=args.prefix_cache_tokens,
+                     cors_origins=tuple(o.strip() for o in args.cors_origins.split(",")
+                                        if o.strip()))
     note = f"; {decoder.spec.note}" if decoder.spec.note else ""
     access = "API key required" if api_key else "no API key: open to anyone who can connect"
     return app, (f"{model.name} ({decoder.describe()}{note}; {model.kernels}; up to "
