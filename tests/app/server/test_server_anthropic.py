@@ -15,6 +15,7 @@ import openai
 import pytest
 from server_helpers import running
 
+import specdecode.app.server.anthropic_api
 from specdecode.app.server import create_app
 from specdecode.models import load_model
 
@@ -221,3 +222,22 @@ def test_a_tool_round_trip_streams_its_call_then_answers_from_the_result(qwen):
                                           "content": json.dumps({"celsius": 21})}]}])
     text = "".join(b.text for b in answer.content if b.type == "text")
     assert "21" in text
+
+
+def test_a_stream_starts_once_its_prompt_is_checked_and_pings_through_a_slow_prefill(
+        slow_model, monkeypatch):
+    """A stream's headers and message_start go out once the prompt joined the batch, and pings
+    follow until the first token, so a client does not give up on a long prefill (Claude Code
+    drops a connection silent for about 5 minutes); a prompt past the context is still a 400."""
+    monkeypatch.setattr(specdecode.app.server.anthropic_api, "KEEPALIVE_SECONDS", 0.01)
+    with running(create_app(slow_model)) as srv:
+        model = httpx.get(srv.v1 + "/models").json()["data"][0]["id"]
+        body = {"model": model, "max_tokens": 3, "stream": True, "messages": MESSAGES}
+        with httpx.stream("POST", srv.v1 + "/messages", json=body, timeout=60) as r:
+            kinds = [line[len("event: "):] for line in r.iter_lines()
+                     if line.startswith("event: ")]
+        first = kinds.index("content_block_start")
+        assert kinds[0] == "message_start" and kinds[1:first].count("ping") >= 2
+        r = httpx.post(srv.v1 + "/messages", json={**body, "messages": [
+            {"role": "user", "content": "word " * 300}]}, timeout=60)
+        assert r.status_code == 400 and "context window" in r.json()["error"]["message"]

@@ -23,7 +23,7 @@ from .anthropic_schemas import CountTokensRequest, MessagesRequest
 from .errors import api_error
 from .request import EngineRequest
 from .state import ServerState, compile_grammar, server_state, speculative
-from .streaming import JobStream, next_chunk
+from .streaming import KEEPALIVE_SECONDS, JobStream, admitted, next_chunk
 from .worker import Job
 
 router = APIRouter()
@@ -58,10 +58,11 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
     job = Job(asked, state.request_timeout)
     state.worker.submit(job)
     try:
-        chunk = (await next_chunk(job, request))[1]
-        if body.stream:
-            return JobStream(_events(job, chunk, _Message(state.model_id), names), job)
-        chunks = [chunk]
+        if body.stream:  # started once the prompt is checked: pings keep it through the prefill
+            first = await admitted(job, request)
+            return JobStream(_events(job, first and first[1], _Message(state.model_id), names),
+                             job)
+        chunks = [(await next_chunk(job, request))[1]]
         while chunks[-1].finish_reason is None:
             chunks.append((await next_chunk(job, request))[1])
     except BaseException:
@@ -180,9 +181,11 @@ class _Blocks:
         return out
 
 
-async def _events(job: Job, chunk: Chunk, message: _Message, names: tuple[str, ...]):
-    """The event stream: message_start, a ping, the content blocks, message_delta (the stop
-    reason and usage), message_stop; an error after the headers were sent is an error event."""
+async def _events(job: Job, chunk: Chunk | None, message: _Message, names: tuple[str, ...]):
+    """The event stream: message_start, a ping (another every KEEPALIVE_SECONDS until the first
+    chunk: `chunk` None, the prompt is still being read), the content blocks, message_delta (the
+    stop reason and usage), message_stop; an error after the headers were sent is an error
+    event."""
     calls = tools.CallStream(names) if names else None
     blocks = _Blocks()
     try:
@@ -190,6 +193,12 @@ async def _events(job: Job, chunk: Chunk, message: _Message, names: tuple[str, .
             **message.head(), "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": job.prompt_tokens, "output_tokens": 0}}})
         yield _event("ping", {})
+        while chunk is None:
+            event = await job.next_event(poll=KEEPALIVE_SECONDS)
+            if event is None:
+                yield _event("ping", {})
+            else:
+                chunk = event[1]
         while True:
             parts = calls.push(chunk.text) if calls else [chunk.text]
             if chunk.finish_reason is not None and calls:

@@ -25,10 +25,12 @@ from prometheus_client import (
 from ...core.engine import StepReport
 from ...core.run_stats import RunStats
 
-ENDPOINTS = frozenset({"/v1/models", "/v1/completions", "/v1/chat/completions", "/health",
-                       "/metrics"})
-LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+ENDPOINTS = frozenset({"/v1/models", "/v1/completions", "/v1/chat/completions", "/models",
+                       "/completions", "/chat/completions", "/v1/messages",
+                       "/v1/messages/count_tokens", "/infill", "/health", "/metrics", "/"})
+# an agent's prompt of tens of thousands of tokens waits minutes for its first token on a CPU
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
 class ServerMetrics:

@@ -5,16 +5,21 @@ however the stream ends.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from ...core.engine import Chunk
 from .errors import APIError
-from .worker import Job
+from .worker import TIMEOUT_MESSAGE, Job, RequestTimeoutError
 
 DISCONNECT_POLL_SECONDS = 0.5  # how often a waiting, not yet answered request checks its client
+# how often a started stream sends something while its prompt is read: clients give up on a
+# silent connection (Claude Code after about 5 minutes without a byte)
+KEEPALIVE_SECONDS = 10.0
 DONE = "data: [DONE]\n\n"
 
 
@@ -32,6 +37,24 @@ async def next_chunk(job: Job, request: Request) -> tuple[int, Chunk]:
             return event
         if await request.is_disconnected():
             raise APIError(499, "client closed the request", code="client_closed_request")
+
+
+async def admitted(job: Job, request: Request) -> tuple[int, Chunk] | None:
+    """Wait until the job joined the engine's batch (its prompt read and checked), noticing a
+    client that gives up meanwhile; a problem found on the way (a prompt past the context) is
+    raised here, before anything is sent. Returns the first event when one came with it. A
+    stream may start here and keep its client waiting through a long prefill (`next_or_ping`)."""
+    while not job.admitted.is_set():
+        if not job.events.empty():  # an error (or a chunk) came before the admission was seen
+            return await next_chunk(job, request)
+        try:
+            await asyncio.wait_for(job.admitted.wait(), DISCONNECT_POLL_SECONDS)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                raise APIError(499, "client closed the request", code="client_closed_request")
+            if time.monotonic() >= job.deadline:
+                raise RequestTimeoutError(TIMEOUT_MESSAGE) from None
+    return None
 
 
 class JobStream(StreamingResponse):

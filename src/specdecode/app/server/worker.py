@@ -91,11 +91,21 @@ class Job:
         self.budget: DraftBudget | None = None  # the caps it runs with, set with the decoder
         self.cancelled = threading.Event()
         self.events: asyncio.Queue = asyncio.Queue()
+        # set once its prompts are read and checked and its choices joined the batch: from
+        # here on only the prefill stands between it and its first token
+        self.admitted = asyncio.Event()
         self._loop = asyncio.get_running_loop()
 
     def cancel(self) -> None:
         """Stop generating at the next step (idempotent, from any thread)."""
         self.cancelled.set()
+
+    def mark_admitted(self) -> None:
+        """From the worker thread, once the job joined the batch."""
+        try:
+            self._loop.call_soon_threadsafe(self.admitted.set)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self.cancel()
 
     def fail(self, error: Exception) -> None:
         self.cancel()
@@ -256,6 +266,7 @@ class EngineWorker:
             seqs: list[SequenceState] = []
             try:
                 self._join(batch, job, seqs)
+                job.mark_admitted()
             except Exception as exc:
                 for seq in seqs:
                     batch.leave(seq)
