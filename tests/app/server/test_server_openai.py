@@ -242,3 +242,38 @@ def test_every_answer_names_one_system_fingerprint(client, model_id):
     streamed = {c.system_fingerprint for c in client.chat.completions.create(stream=True,
                                                                               **kwargs)}
     assert whole.startswith("fp_") and streamed == {whole}
+
+
+def test_a_predictions_tokens_are_counted_as_openai_counts_them(client, model_id):
+    """completion_tokens_details: the prediction's tokens that the answer took up, in order, and
+    the rest; whole and streamed alike. (The prediction is tokenized alone, so a token at a
+    boundary of the answer's may differ.)"""
+    messages = [{"role": "user", "content": "Write the numbers from one to ten in words."}]
+    ask = dict(model=model_id, messages=messages, max_tokens=24, temperature=0)
+    answer = client.chat.completions.create(**ask)
+    text, tokens = answer.choices[0].message.content, answer.usage.completion_tokens
+    counts = []
+    for prediction in (text, text + " and some words it will not write"):
+        whole = client.chat.completions.create(**ask, prediction={"type": "content",
+                                                                  "content": prediction})
+        details = whole.usage.completion_tokens_details
+        streamed = [c for c in client.chat.completions.create(
+            **ask, prediction={"type": "content", "content": prediction}, stream=True,
+            stream_options={"include_usage": True})][-1].usage.completion_tokens_details
+        assert streamed == details
+        counts.append((details.accepted_prediction_tokens, details.rejected_prediction_tokens))
+    (accepted, rejected), (accepted_longer, rejected_longer) = counts
+    assert tokens - 4 <= accepted <= tokens and rejected <= 4
+    assert accepted_longer == accepted and rejected_longer >= rejected + 6
+    assert answer.usage.completion_tokens_details is None
+
+
+def test_with_include_usage_only_the_last_chunk_carries_usage(client, model_id):
+    """So clients that add usage up count it once; without it the finishing chunk carries the
+    run's usage (with its speculative statistics), as before."""
+    ask = dict(model=model_id, max_tokens=6, messages=[{"role": "user", "content": "Hi"}],
+               stream=True)
+    chunks = list(client.chat.completions.create(**ask, stream_options={"include_usage": True}))
+    assert [c.usage is not None for c in chunks].count(True) == 1 and chunks[-1].usage
+    chunks = list(client.chat.completions.create(**ask))
+    assert chunks[-1].usage is not None and chunks[-1].choices[0].finish_reason

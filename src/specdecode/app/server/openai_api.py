@@ -151,7 +151,8 @@ async def _generate(request: Request, body: GenerationRequest,
         raise
     choices = [_choice(fmt, job, i, chunks, tool_calls) for i, chunks in enumerate(parts)]
     usage = openai_format.usage(job.prompt_tokens, [p[-1].stats for p in parts], job.decoder,
-                            job.budget)
+                                job.budget, job.request.prediction,
+                                [[t for c in p for t in c.token_ids] for p in parts])
     return JSONResponse(fmt.response(choices, usage))
 
 
@@ -194,6 +195,7 @@ class _ChoiceStream:
     def __init__(self, tool_calls: tuple[str, ...]) -> None:
         self.calls = tools.CallStream(tool_calls) if tool_calls else None
         self.started, self.offset = False, 0
+        self.ids: list[int] = []  # its tokens so far (a prediction's usage counts them)
 
 
 async def _stream_events(job: Job, event: tuple[int, Chunk], fmt: openai_format.Formatter,
@@ -210,6 +212,7 @@ async def _stream_events(job: Job, event: tuple[int, Chunk], fmt: openai_format.
                 yield sse(fmt.chunk(i, role=True))
         while True:
             index, chunk = event
+            streams[index].ids += chunk.token_ids
             if chunk.finish_reason is not None:
                 last[index] = chunk
             final = len(last) == job.choices  # its closing chunk carries the usage: sent below
@@ -219,9 +222,12 @@ async def _stream_events(job: Job, event: tuple[int, Chunk], fmt: openai_format.
                 break
             event = await job.next_event()
         usage = openai_format.usage(job.prompt_tokens, [last[i].stats for i in range(job.choices)],
-                                job.decoder, job.budget)
-        yield sse(fmt.chunk(index, finish_reason=_finish_reason(
-            chunk, streams[index]), usage=usage))
+                                    job.decoder, job.budget, job.request.prediction,
+                                    [s.ids for s in streams])
+        # with include_usage, OpenAI's own last chunk carries it: once, so clients that add
+        # usage up count it once
+        yield sse(fmt.chunk(index, finish_reason=_finish_reason(chunk, streams[index]),
+                            usage=None if usage_chunk else usage))
         if usage_chunk:
             yield sse(fmt.usage_chunk(usage))
     except Exception as exc:

@@ -6,6 +6,7 @@ ready for `json.dumps`.
 
 from __future__ import annotations
 
+import difflib
 import time
 import uuid
 
@@ -19,9 +20,12 @@ def error_body(message: str, type: str = "invalid_request_error", param: str | N
 
 
 def usage(prompt_tokens: int, runs: list[RunStats], decoder: SpecDecoder,
-          budget: DraftBudget) -> dict:
+          budget: DraftBudget, prediction: list[int] | None = None,
+          outputs: list[list[int]] = ()) -> dict:
     """OpenAI's usage object plus a `speculative` extension with the statistics of the runs
-    (the request's choices, `RunStats.combined`) and the draft caps they ran with."""
+    (the request's choices, `RunStats.combined`) and the draft caps they ran with; with a
+    `prediction`, how many of its tokens each choice's `outputs` (token ids) took up
+    (`prediction_details`)."""
     stats = RunStats.combined(runs)
     s = stats.to_dict()
     speculative = {"method": decoder.method, "max_draft_nodes": budget.nodes,
@@ -34,7 +38,18 @@ def usage(prompt_tokens: int, runs: list[RunStats], decoder: SpecDecoder,
             # OpenAI's field: prompt tokens served from a cache (the choices share one prompt)
             "prompt_tokens_details": {"cached_tokens": max((r.cached_prompt_tokens for r in runs),
                                                            default=0)},
+            **({"completion_tokens_details": prediction_details(prediction, outputs)}
+               if prediction is not None else {}),
             "speculative": speculative}
+
+
+def prediction_details(prediction: list[int], outputs: list[list[int]]) -> dict:
+    """OpenAI's count for a predicted output: its tokens that appear in the completion, in
+    order (the matching blocks of the two token sequences), and the rest, over the choices."""
+    accepted = sum(sum(block.size for block in difflib.SequenceMatcher(
+        None, prediction, out, autojunk=False).get_matching_blocks()) for out in outputs)
+    return {"accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": len(prediction) * len(outputs) - accepted}
 
 
 class Formatter:
