@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from server_helpers import running
@@ -47,3 +49,25 @@ def test_metrics_move_with_a_request(served_model):
                for reason in ("stop", "length")) == 1
     assert moved("specdecode_time_to_first_token_seconds_count", **method) == 1
     assert moved("specdecode_request_duration_seconds_count", endpoint="/v1/completions") == 2
+
+
+def test_every_streams_end_is_counted_by_reason(slow_model):
+    """A stream's access line says 200 once its headers go out; how it ended is counted (and
+    logged): its finish reason, an error's code, or a client that left."""
+    with running(create_app(slow_model)) as srv, httpx.Client(base_url=srv.url,
+                                                             timeout=60) as c:
+        body = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+        with c.stream("POST", "/v1/chat/completions", json={**body, "max_tokens": 3}) as r:
+            r.read()
+        with c.stream("POST", "/v1/chat/completions", json={**body, "max_tokens": 100}) as r:
+            next(r.iter_lines())  # the client leaves after its first line
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            ends = {line.split()[0]: float(line.split()[1])
+                    for line in c.get("/metrics").text.splitlines()
+                    if line.startswith("specdecode_stream_ends_total")}
+            if len(ends) == 2:
+                break
+            time.sleep(0.1)
+    assert ends == {'specdecode_stream_ends_total{reason="length"}': 1.0,
+                    'specdecode_stream_ends_total{reason="client_gone"}': 1.0}

@@ -20,10 +20,9 @@ from ...core.engine import Chunk
 from ...errors import InvalidParameterError
 from . import openai_format, tools
 from .anthropic_schemas import CountTokensRequest, MessagesRequest
-from .errors import api_error
 from .request import EngineRequest
 from .state import ServerState, compile_grammar, server_state, speculative
-from .streaming import KEEPALIVE_SECONDS, JobStream, admitted, next_chunk
+from .streaming import KEEPALIVE_SECONDS, JobStream, admitted, next_chunk, stream_failed
 from .worker import Job
 
 router = APIRouter()
@@ -61,7 +60,7 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
         if body.stream:  # started once the prompt is checked: pings keep it through the prefill
             first = await admitted(job, request)
             return JobStream(_events(job, first and first[1], _Message(state.model_id), names),
-                             job)
+                             job, state.metrics)
         chunks = [(await next_chunk(job, request))[1]]
         while chunks[-1].finish_reason is None:
             chunks.append((await next_chunk(job, request))[1])
@@ -215,8 +214,8 @@ async def _events(job: Job, chunk: Chunk | None, message: _Message, names: tuple
                                                                       "stop_sequence")},
                                        "usage": end["usage"]})
         yield _event("message_stop", {})
+        job.outcome = end["stop_reason"]
     except Exception as exc:
-        job.cancel()
-        yield _event("error", {"error": api_error(exc).body("/v1/messages")["error"]})
+        yield _event("error", {"error": stream_failed(job, exc).body("/v1/messages")["error"]})
     finally:
         job.cancel()

@@ -18,11 +18,10 @@ from fastapi.responses import JSONResponse, Response
 from ...core.engine import Chunk
 from ...models import LoadedModel
 from . import openai_format
-from .errors import api_error
 from .request import EngineRequest
 from .schemas import InfillRequest
 from .state import ServerState, fim_ends, server_state, speculative
-from .streaming import JobStream, next_chunk
+from .streaming import JobStream, next_chunk, stream_failed
 from .worker import Job
 
 router = APIRouter()
@@ -165,7 +164,8 @@ async def infill(body: InfillRequest, request: Request) -> Response:
     try:
         event = await next_chunk(job, request)
         if body.stream:
-            return JobStream(_infill_events(job, event, middles, state, prompt), job)
+            return JobStream(_infill_events(job, event, middles, state, prompt), job,
+                             state.metrics)
         middles.push(*event)
         while not middles.done:
             middles.push(*await next_chunk(job, request))
@@ -244,7 +244,9 @@ async def _infill_events(job: Job, event: tuple[int, Chunk], middles: _Middles,
             event = await job.next_event()
         for i in range(job.choices):
             yield sse_event({**middles.result(i, state, prompt), "content": ""})
+        job.outcome = middles.finished[0]
     except Exception as exc:
-        yield f"error: {json.dumps(api_error(exc).body(), separators=(',', ':'))}\n\n"
+        error = stream_failed(job, exc).body()
+        yield f"error: {json.dumps(error, separators=(',', ':'))}\n\n"
     finally:
         job.cancel()

@@ -66,6 +66,9 @@ class ServerMetrics:
                                     "Prompt rows prefilled beside the steps' rows", registry=r)
         self.generations = Counter("specdecode_generations", "Finished generations",
                                    ["method", "finish_reason"], registry=r)
+        self.stream_ends = Counter("specdecode_stream_ends",
+                                   "Streamed answers by how they ended: the finish reason, "
+                                   "client_gone, or error: its code", ["reason"], registry=r)
         self.tokens = Counter("specdecode_generated_tokens",
                               "Tokens returned to clients (EOS excluded)", ["method"], registry=r)
         self.confirmed = Counter("specdecode_confirmed_tokens",

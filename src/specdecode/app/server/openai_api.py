@@ -19,11 +19,11 @@ from ...core.engine import Chunk
 from ...errors import InvalidParameterError
 from ...models import LoadedModel
 from . import infill, openai_format, tools
-from .errors import APIError, api_error
+from .errors import APIError
 from .request import EngineRequest
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 from .state import compile_grammar, fim_ends, server_state, speculative
-from .streaming import DONE, JobStream, next_chunk, sse
+from .streaming import DONE, JobStream, next_chunk, sse, stream_failed
 from .worker import Job
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -139,7 +139,7 @@ async def _generate(request: Request, body: GenerationRequest,
         event = await next_chunk(job, request)
         if body.stream:
             return JobStream(_stream_events(job, event, fmt, body.include_usage_chunk,
-                                             tool_calls), job)
+                                            tool_calls), job, state.metrics)
         parts: list[list[Chunk]] = [[] for _ in range(job.choices)]
         while True:
             parts[event[0]].append(event[1])
@@ -230,9 +230,9 @@ async def _stream_events(job: Job, event: tuple[int, Chunk], fmt: openai_format.
                             usage=None if usage_chunk else usage))
         if usage_chunk:
             yield sse(fmt.usage_chunk(usage))
+        job.outcome = _finish_reason(chunk, streams[index])
     except Exception as exc:
-        job.cancel()
-        yield sse(api_error(exc).body())
+        yield sse(stream_failed(job, exc).body())
     finally:
         job.cancel()
     yield DONE

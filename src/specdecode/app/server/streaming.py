@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from ...core.engine import Chunk
-from .errors import APIError
+from .errors import APIError, api_error
+from .metrics import ServerMetrics
 from .worker import TIMEOUT_MESSAGE, Job, RequestTimeoutError
+
+log = logging.getLogger("specdecode.server")
 
 DISCONNECT_POLL_SECONDS = 0.5  # how often a waiting, not yet answered request checks its client
 # how often a started stream sends something while its prompt is read: clients give up on a
@@ -57,17 +61,32 @@ async def admitted(job: Job, request: Request) -> tuple[int, Chunk] | None:
     return None
 
 
+def stream_failed(job: Job, exc: Exception) -> APIError:
+    """What a stream reports of an error after its headers were sent; the job stops and its
+    stream's end is that error."""
+    error = api_error(exc)
+    job.cancel()
+    job.outcome = f"error: {error.code or error.type}"
+    return error
+
+
 class JobStream(StreamingResponse):
     """A server-sent-event response that cancels its job however it ends (done, client gone,
-    server stopping): the engine stops at its next step instead of generating for nobody."""
+    server stopping): the engine stops at its next step instead of generating for nobody. Its
+    end is logged and counted by reason (the access log has said 200 since the headers went):
+    the dialect's stream sets `job.outcome` when it finishes or fails; otherwise the client
+    left first."""
 
-    def __init__(self, content, job: Job) -> None:
+    def __init__(self, content, job: Job, metrics: ServerMetrics) -> None:
         super().__init__(content, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self.job = job
+        self.job, self.metrics = job, metrics
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             self.job.cancel()
+            reason = self.job.outcome or "client_gone"
+            self.metrics.stream_ends.labels(reason).inc()
+            log.info("stream of %s %s ended: %s", scope["method"], scope["path"], reason)

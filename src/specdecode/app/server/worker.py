@@ -94,6 +94,7 @@ class Job:
         # set once its prompts are read and checked and its choices joined the batch: from
         # here on only the prefill stands between it and its first token
         self.admitted = asyncio.Event()
+        self.outcome: str | None = None  # how its stream ended, said by the stream (None: not yet)
         self._loop = asyncio.get_running_loop()
 
     def cancel(self) -> None:
