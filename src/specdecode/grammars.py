@@ -142,7 +142,7 @@ class GrammarCompiler:
         if not isinstance(schema, (dict, bool)):
             raise GrammarError("a JSON schema must be an object")
         try:
-            text = json.dumps(schema)  # key order is output order: never sorted
+            text = json.dumps(closed_objects(schema))  # key order is output order: never sorted
         except RecursionError:
             raise GrammarError("the JSON schema is nested too deeply") from None
         return self._compiled("json_schema", text, lambda: llguidance.LLMatcher
@@ -182,6 +182,37 @@ class GrammarCompiler:
             if len(self._cache) > CACHED_GRAMMARS:
                 self._cache.popitem(last=False)
         return compiled
+
+
+# the keywords whose values are schemas, and those whose values hold schemas (a list or a map)
+_SUBSCHEMA = ("items", "additionalProperties", "not", "if", "then", "else", "contains",
+              "propertyNames", "unevaluatedItems", "unevaluatedProperties")
+_SUBSCHEMAS = ("properties", "patternProperties", "prefixItems", "anyOf", "oneOf", "allOf",
+               "$defs", "definitions", "dependentSchemas")
+
+
+def closed_objects(schema: Any) -> Any:
+    """`schema` with every object that lists its `properties` and says nothing of other keys
+    closed to them (`additionalProperties: false`), as llama.cpp's converter and xgrammar's
+    strict mode (vLLM's default) read such schemas: clients' schemas mostly leave it out, and
+    a model kept free to add keys may add them until the token limit (greedy decoding does,
+    a key after another). A schema that allows other keys says so."""
+    if isinstance(schema, list):
+        return [closed_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in _SUBSCHEMA:
+            value = closed_objects(value)
+        elif key in _SUBSCHEMAS and isinstance(value, (dict, list)):
+            value = (closed_objects(value) if isinstance(value, list)
+                     else {k: closed_objects(v) for k, v in value.items()})
+        out[key] = value
+    if "properties" in out and not {"additionalProperties", "patternProperties",
+                                    "unevaluatedProperties"} & out.keys():
+        out["additionalProperties"] = False
+    return out
 
 
 def _first_line(error: object) -> str:
