@@ -22,7 +22,7 @@ from ...core.engine import Speculation
 from ...errors import InvalidParameterError
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
-from . import anthropic_api, infill, openai_api, tools
+from . import anthropic_api, infill, openai_api, responses_api, tools
 from .errors import add_error_handlers
 from .guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
 from .metrics import RequestMetricsMiddleware, ServerMetrics
@@ -75,7 +75,7 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
                            allow_headers=["*"])
     add_error_handlers(app)
     _add_routes(app)
-    for dialect in (openai_api, anthropic_api, infill):
+    for dialect in (openai_api, responses_api, anthropic_api, infill):
         app.include_router(dialect.router)
     return app
 

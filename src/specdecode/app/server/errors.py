@@ -99,20 +99,13 @@ def add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected_error)
 
 
-# clients that default to OpenAI's Responses API, and the setting that moves each to the chat API
-RESPONSES_API = ("the Responses API is not served: point the client at /v1/chat/completions "
-                 "(the OpenAI Agents SDK: set_default_openai_api('chat_completions'); the AI "
-                 "SDK: @ai-sdk/openai-compatible, or openai.chat(model))")
-
-
 def _no_route(app: FastAPI, request: Request) -> str:
     """A 404's message: the route asked for, and the routes this server has."""
     prefixes = ("/v1/", "/infill", "/health", "/metrics")
     served = ", ".join(f"{method} {route.path.replace(':path', '')}"
                        for route in _routes(app.routes) if route.path.startswith(prefixes)
                        for method in sorted(getattr(route, "methods", ())))
-    hint = f"; {RESPONSES_API}" if request.url.path.rstrip("/").endswith("/responses") else ""
-    return f"no route {request.method} {request.url.path}{hint}; this server has {served}"
+    return f"no route {request.method} {request.url.path}; this server has {served}"
 
 
 def _routes(routes: list) -> list:

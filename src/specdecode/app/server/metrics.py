@@ -26,7 +26,8 @@ from ...core.engine import StepReport
 from ...core.run_stats import RunStats
 
 ENDPOINTS = frozenset({"/v1/models", "/v1/completions", "/v1/chat/completions", "/models",
-                       "/completions", "/chat/completions", "/v1/messages",
+                       "/completions", "/chat/completions", "/v1/responses", "/responses",
+                       "/v1/messages",
                        "/v1/messages/count_tokens", "/infill", "/health", "/metrics", "/"})
 # an agent's prompt of tens of thousands of tokens waits minutes for its first token on a CPU
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
