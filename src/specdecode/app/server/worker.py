@@ -174,6 +174,7 @@ class EngineWorker:
         self._accepting = True
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._drain_timer: threading.Timer | None = None  # `drain`'s, until `stop`
         self._start_lock = threading.Lock()
         metrics.queue_length.set_function(self._jobs.qsize)  # read at scrape time
 
@@ -216,12 +217,20 @@ class EngineWorker:
         timer = threading.Timer(grace, self.cancel_all, [ServerShutdownError(SHUTDOWN_MESSAGE)])
         timer.daemon = True
         timer.start()
+        self._drain_timer = timer
 
     def stop(self, timeout: float = 5.0) -> None:
         """Shutdown, step 2: cancel everything and end the loop (and its thread, if its own)."""
         self._accepting = False
         self.cancel_all(ServerShutdownError(SHUTDOWN_MESSAGE))
         self._stop.set()
+        # the drain's timer ends here too: left to fire after the process began to exit, its
+        # thread dropped the last references to the engine's tensors there, and freeing a
+        # tensor without the interpreter aborted the process ("terminate called ...")
+        timer, self._drain_timer = self._drain_timer, None
+        if timer is not None:
+            timer.cancel()
+            timer.join(timeout)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread() and thread.daemon:
             thread.join(timeout)
