@@ -59,3 +59,20 @@ def tiny_fim_model(tmp_path_factory, default_model):
     tokenizer.add_special_tokens({"additional_special_tokens": FIM_TOKENS})
     return _save_tiny(tmp_path_factory.mktemp("tiny-fim"), len(tokenizer), tokenizer,
                       max_positions=512)
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer():
+    """Qwen2.5-Coder's tokenizer (the 0.5B's files) and vocabulary size, without its weights."""
+    from specdecode.models.loader import _load_tokenizer_and_config, _resolve
+
+    source, _, _ = _resolve("qwen2.5-coder-0.5b")
+    tokenizer, config = _load_tokenizer_and_config(source, "qwen2.5-coder-0.5b")
+    return tokenizer, config.vocab_size
+
+
+def accepts(grammar, tokenizer, text: str) -> bool:
+    """Whether `grammar` takes `text` (as the tokenizer writes it) and then the end."""
+    matcher = grammar.matcher()
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return all(matcher.accept(t) for t in ids)

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from specdecode.grammars import GrammarCompiler, closed_objects
+from model_fixtures import accepts
 
 # what the `llm` CLI sends for --schema 'name, country, population_millions float'
 CITY = {"type": "object", "properties": {"name": {"type": "string"},
@@ -30,21 +31,6 @@ def test_objects_that_list_properties_are_closed_and_the_rest_left_as_written():
     assert closed_objects({**CITY, "additionalProperties": True})["additionalProperties"] is True
     assert closed_objects({"type": "object"}) == {"type": "object"}  # json_object: any keys
     assert "additionalProperties" not in CITY  # the caller's schema is not changed
-
-
-@pytest.fixture(scope="module")
-def qwen_tokenizer():
-    from specdecode.models.loader import _load_tokenizer_and_config, _resolve
-
-    source, _, _ = _resolve("qwen2.5-coder-0.5b")
-    tokenizer, config = _load_tokenizer_and_config(source, "qwen2.5-coder-0.5b")
-    return tokenizer, config.vocab_size
-
-
-def accepts(grammar, tokenizer, text: str) -> bool:
-    matcher = grammar.matcher()
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return all(matcher.accept(t) for t in ids)
 
 
 @pytest.mark.real_model

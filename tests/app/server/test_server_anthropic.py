@@ -15,7 +15,7 @@ import openai
 import pytest
 from server_helpers import running
 
-import specdecode.app.server.anthropic_api
+import specdecode.app.server.streaming
 from specdecode.app.server import create_app
 from specdecode.models import load_model
 
@@ -229,7 +229,7 @@ def test_a_stream_starts_once_its_prompt_is_checked_and_pings_through_a_slow_pre
     """A stream's headers and message_start go out once the prompt joined the batch, and pings
     follow until the first token, so a client does not give up on a long prefill (Claude Code
     drops a connection silent for about 5 minutes); a prompt past the context is still a 400."""
-    monkeypatch.setattr(specdecode.app.server.anthropic_api, "KEEPALIVE_SECONDS", 0.01)
+    monkeypatch.setattr(specdecode.app.server.streaming, "KEEPALIVE_SECONDS", 0.01)
     with running(create_app(slow_model)) as srv:
         model = httpx.get(srv.v1 + "/models").json()["data"][0]["id"]
         body = {"model": model, "max_tokens": 3, "stream": True, "messages": MESSAGES}

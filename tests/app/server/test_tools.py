@@ -13,6 +13,7 @@ from specdecode.app.server.tools import (CallStream, ToolCall, call_grammar, mar
                                          template_messages)
 from specdecode.errors import InvalidParameterError
 from specdecode.grammars import GrammarCompiler
+from model_fixtures import accepts
 
 BARE = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 CALL = "<tool_call>\n" + BARE + "\n</tool_call>"
@@ -132,21 +133,6 @@ def test_earlier_calls_reach_the_template_with_their_arguments_as_objects():
         "name": "x", "arguments": "{"}}]}]
     with pytest.raises(InvalidParameterError, match="not JSON"):
         template_messages(bad)
-
-
-@pytest.fixture(scope="module")
-def qwen_tokenizer():
-    from specdecode.models.loader import _load_tokenizer_and_config, _resolve
-
-    source, _, _ = _resolve("qwen2.5-coder-0.5b")
-    tokenizer, config = _load_tokenizer_and_config(source, "qwen2.5-coder-0.5b")
-    return tokenizer, config.vocab_size
-
-
-def accepts(grammar, tokenizer, text: str) -> bool:
-    matcher = grammar.matcher()
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return all(matcher.accept(t) for t in ids)
 
 
 @pytest.mark.real_model

@@ -17,12 +17,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...core.engine import Chunk
-from ...errors import InvalidParameterError
 from . import openai_format, tools
 from .anthropic_schemas import CountTokensRequest, MessagesRequest
 from .request import EngineRequest
-from .state import ServerState, compile_grammar, server_state, speculative
-from .streaming import KEEPALIVE_SECONDS, JobStream, admitted, next_chunk, stream_failed
+from .state import chat_prompt, compile_grammar, required_calls, server_state, speculative
+from .streaming import JobStream, admitted, next_chunk, stream_failed, written
 from .worker import Job
 
 router = APIRouter()
@@ -35,7 +34,8 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
     state = server_state(request)
     state.check_model(body.model)
-    return {"input_tokens": len(_prompt(state, body)())}
+    return {"input_tokens": len(chat_prompt(state, body.template_messages(),
+                                            body.tools_in_prompt)())}
 
 
 @router.post("/v1/messages")
@@ -44,12 +44,13 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
     state.check_model(body.model)
     output_format = body.output_format
     if body.forced_tool_call:
-        output_format = ("lark", tools.call_grammar(body.tools_in_prompt, *body.forced_tool_call,
-                                                    body.parallel_tool_calls, _marks(state)))
+        output_format = required_calls(state, body.tools_in_prompt, body.forced_tool_call,
+                                       body.parallel_tool_calls)
     # a cap, as Anthropic's is: the answer ends at it or where the context is full (Claude Code
     # asks for 32,000 tokens of a model it takes for one of a million)
     limit = min(body.max_tokens, state.model.context_length)
-    asked = EngineRequest([_prompt(state, body)], limit, body.temperature, body.top_k,
+    prompt = chat_prompt(state, body.template_messages(), body.tools_in_prompt)
+    asked = EngineRequest([prompt], limit, body.temperature, body.top_k,
                           body.top_p, stop=tuple(body.stop_sequences),
                           grammar=await compile_grammar(state, output_format),
                           **speculative(body.speculative))
@@ -74,28 +75,6 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
         message.tool_use(call) for call in calls]
     return JSONResponse({**message.head(), "content": content,
                          **message.end(chunks[-1], bool(calls), _usage(job, chunks[-1]))})
-
-
-def _marks(state: ServerState) -> tuple[str, str]:
-    if state.tool_markers is None:
-        raise InvalidParameterError(tools.NO_TOOLS)
-    return state.tool_markers
-
-
-def _prompt(state: ServerState, body: CountTokensRequest):
-    """The prompt's ids, made on the worker thread (the tokenizer is not thread-safe): the
-    model's chat template over the messages, describing the tools."""
-    model, tool_list = state.model, body.tools_in_prompt
-    if tool_list:
-        _marks(state)
-    messages = tools.template_messages(body.template_messages())
-
-    def prepare() -> list[int]:
-        if not model.has_chat_template:
-            raise InvalidParameterError("this model has no chat template")
-        return model.encode_chat(messages, tool_list)
-
-    return prepare
 
 
 def _usage(job: Job, last: Chunk) -> dict:
@@ -143,6 +122,11 @@ class _Blocks:
 
     def __init__(self) -> None:
         self.index, self.text_open, self.calls = 0, False, 0
+        self.last: Chunk | None = None  # the answer's last chunk, once it came
+
+    @staticmethod
+    def wait() -> list[str]:
+        return [_event("ping", {})]
 
     def text(self, delta: str) -> list[str]:
         out = []
@@ -170,46 +154,21 @@ class _Blocks:
         self.index += 1
         return [_event("content_block_stop", {"index": self.index - 1})]
 
-    def parts(self, parts: list) -> list[str]:
-        out = []
-        for part in parts:
-            if isinstance(part, tools.ToolCall):
-                out += self.call(part)
-            elif part and not (self.calls and not part.strip()):  # blanks between calls
-                out += self.text(part)
-        return out
-
 
 async def _events(job: Job, chunk: Chunk | None, message: _Message, names: tuple[str, ...]):
     """The event stream: message_start, a ping (another every KEEPALIVE_SECONDS until the first
     chunk: `chunk` None, the prompt is still being read), the content blocks, message_delta (the
     stop reason and usage), message_stop; an error after the headers were sent is an error
     event."""
-    calls = tools.CallStream(names) if names else None
     blocks = _Blocks()
     try:
         yield _event("message_start", {"message": {
             **message.head(), "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": job.prompt_tokens, "output_tokens": 0}}})
         yield _event("ping", {})
-        while chunk is None:
-            event = await job.next_event(poll=KEEPALIVE_SECONDS)
-            if event is None:
-                yield _event("ping", {})
-            else:
-                chunk = event[1]
-        while True:
-            parts = calls.push(chunk.text) if calls else [chunk.text]
-            if chunk.finish_reason is not None and calls:
-                parts += calls.flush()
-            for event in blocks.parts(parts):
-                yield event
-            if chunk.finish_reason is not None:
-                break
-            chunk = (await job.next_event())[1]
-        for event in blocks.close():
+        async for event in written(job, chunk, names, blocks):
             yield event
-        end = message.end(chunk, blocks.calls > 0, _usage(job, chunk))
+        end = message.end(blocks.last, blocks.calls > 0, _usage(job, blocks.last))
         yield _event("message_delta", {"delta": {k: end[k] for k in ("stop_reason",
                                                                       "stop_sequence")},
                                        "usage": end["usage"]})
@@ -217,5 +176,3 @@ async def _events(job: Job, chunk: Chunk | None, message: _Message, names: tuple
         job.outcome = end["stop_reason"]
     except Exception as exc:
         yield _event("error", {"error": stream_failed(job, exc).body("/v1/messages")["error"]})
-    finally:
-        job.cancel()

@@ -22,7 +22,8 @@ from . import infill, openai_format, tools
 from .errors import APIError
 from .request import EngineRequest
 from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
-from .state import compile_grammar, fim_ends, server_state, speculative
+from .state import (chat_prompt, compile_grammar, fim_ends, required_calls, server_state,
+                    speculative)
 from .streaming import DONE, JobStream, next_chunk, sse, stream_failed
 from .worker import Job
 
@@ -49,19 +50,15 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 @router.post("/v1/chat/completions")
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-    model = server_state(request).model
-    messages = tools.template_messages([m.to_template() for m in body.messages])
+    state = server_state(request)
     tools_in_prompt, output_format = body.tools_in_prompt, body.output_format
-    if tools_in_prompt:
-        marks = server_state(request).tool_markers
-        if marks is None:
-            raise InvalidParameterError(tools.NO_TOOLS)
-        if body.forced_tool_calls:
-            output_format = ("lark", tools.call_grammar(
-                tools_in_prompt, *body.forced_tool_calls, body.parallel_tool_calls, marks))
+    prompt = chat_prompt(state, [m.to_template() for m in body.messages], tools_in_prompt)
+    if tools_in_prompt and body.forced_tool_calls:
+        output_format = required_calls(state, tools_in_prompt, body.forced_tool_calls,
+                                       body.parallel_tool_calls)
     names = tuple(t["function"]["name"] for t in tools_in_prompt or ())
-    return await _generate(request, body, [_chat_prompt(model, messages, tools_in_prompt)],
-                           chat=True, output_format=output_format, tool_calls=names)
+    return await _generate(request, body, [prompt], chat=True, output_format=output_format,
+                           tool_calls=names)
 
 
 def _completion_prompt(model: LoadedModel, prompt: str | list[int]) -> Callable[[], list[int]]:
@@ -75,20 +72,6 @@ def _completion_prompt(model: LoadedModel, prompt: str | list[int]) -> Callable[
         if any(not 0 <= t < vocab for t in prompt):
             raise InvalidParameterError(f"prompt token ids must be in [0, {vocab})")
         return list(prompt)
-
-    return prepare
-
-
-def _chat_prompt(model: LoadedModel, messages: list[dict],
-                 tool_list: list[dict] | None = None) -> Callable[[], list[int]]:
-    """Prompt ids for /v1/chat/completions: the model's chat template (`encode_chat`, describing
-    `tool_list` when given). A model without a template is refused: the library's fallback
-    (contents joined) is no chat format a client could rely on."""
-
-    def prepare() -> list[int]:
-        if not model.has_chat_template:
-            raise InvalidParameterError("this model has no chat template; use /v1/completions")
-        return model.encode_chat(messages, tool_list)
 
     return prepare
 

@@ -21,13 +21,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...core.engine import Chunk
-from ...errors import InvalidParameterError
 from . import openai_format, tools
 from .errors import APIError
 from .request import EngineRequest
 from .responses_schemas import ResponsesRequest
-from .state import ServerState, compile_grammar, server_state, speculative
-from .streaming import KEEPALIVE_SECONDS, JobStream, admitted, next_chunk, stream_failed
+from .state import chat_prompt, compile_grammar, required_calls, server_state, speculative
+from .streaming import JobStream, admitted, next_chunk, stream_failed, written
 from .worker import Job
 
 router = APIRouter()
@@ -73,11 +72,11 @@ async def responses(body: ResponsesRequest, request: Request) -> Response:
     messages = system + history + body.input
     output_format = body.output_format
     if body.forced_tool_call:
-        output_format = ("lark", tools.call_grammar(body.tools_in_prompt, *body.forced_tool_call,
-                                                    body.parallel_tool_calls, _marks(state)))
+        output_format = required_calls(state, body.tools_in_prompt, body.forced_tool_call,
+                                       body.parallel_tool_calls)
     limit = min(body.max_output_tokens or state.model.context_length,
                 state.model.context_length)
-    asked = EngineRequest([_prompt(state, messages, body.tools_in_prompt)], limit,
+    asked = EngineRequest([chat_prompt(state, messages, body.tools_in_prompt)], limit,
                           body.temperature, top_p=body.top_p,
                           grammar=await compile_grammar(state, output_format),
                           **speculative(body.speculative))
@@ -100,28 +99,6 @@ async def responses(body: ResponsesRequest, request: Request) -> Response:
     items = ([answer.message(prose, "completed")] if prose else []) + [
         answer.function_call(call) for call in calls]
     return JSONResponse(answer.whole(items, job, chunks[-1]))
-
-
-def _marks(state: ServerState) -> tuple[str, str]:
-    if state.tool_markers is None:
-        raise InvalidParameterError(tools.NO_TOOLS)
-    return state.tool_markers
-
-
-def _prompt(state: ServerState, messages: list[dict], tool_list: list[dict] | None):
-    """The prompt's ids, made on the worker thread: the model's chat template over the
-    conversation, describing the function tools."""
-    model = state.model
-    if tool_list:
-        _marks(state)
-    messages = tools.template_messages(messages)
-
-    def prepare() -> list[int]:
-        if not model.has_chat_template:
-            raise InvalidParameterError("this model has no chat template")
-        return model.encode_chat(messages, tool_list)
-
-    return prepare
 
 
 class _Answer:
@@ -193,43 +170,48 @@ class _Events:
 
     def __init__(self, answer: _Answer) -> None:
         self.answer, self.number, self.items = answer, 0, []
-        self.text: str | None = None  # the open message's text (None: no message open)
+        self.open_text: str | None = None  # the open message's text (None: no message open)
         self.message_id = ""
+        self.last: Chunk | None = None  # the answer's last chunk, once it came
+
+    @staticmethod
+    def wait() -> list[str]:
+        return [": keep-alive\n\n"]  # an SSE comment: clients skip it, connections stay
 
     def event(self, kind: str, **data) -> str:
         self.number += 1
         body = {"type": kind, "sequence_number": self.number - 1, **data}
         return f"event: {kind}\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
-    def text_delta(self, delta: str) -> list[str]:
+    def text(self, delta: str) -> list[str]:
         out = []
         where = {"output_index": len(self.items), "content_index": 0}
-        if self.text is None:
-            self.text, self.message_id = "", "msg_" + uuid.uuid4().hex
+        if self.open_text is None:
+            self.open_text, self.message_id = "", "msg_" + uuid.uuid4().hex
             out += [self.event("response.output_item.added", output_index=len(self.items),
                                item=_Answer.message("", "in_progress", self.message_id)),
                     self.event("response.content_part.added", item_id=self.message_id,
                                **where, part={"type": "output_text", "text": "",
                                               "annotations": [], "logprobs": []})]
-        self.text += delta
+        self.open_text += delta
         return out + [self.event("response.output_text.delta", item_id=self.message_id,
                                  **where, delta=delta, logprobs=[])]
 
-    def close_text(self) -> list[str]:
-        if self.text is None:
+    def close(self) -> list[str]:
+        if self.open_text is None:
             return []
-        item = _Answer.message(self.text, "completed", self.message_id)
+        item = _Answer.message(self.open_text, "completed", self.message_id)
         where = {"item_id": self.message_id, "output_index": len(self.items),
                  "content_index": 0}
-        out = [self.event("response.output_text.done", **where, text=self.text, logprobs=[]),
+        out = [self.event("response.output_text.done", **where, text=self.open_text, logprobs=[]),
                self.event("response.content_part.done", **where, part=item["content"][0]),
                self.event("response.output_item.done", output_index=len(self.items), item=item)]
         self.items.append(item)
-        self.text = None
+        self.open_text = None
         return out
 
     def call(self, call: tools.ToolCall) -> list[str]:
-        out = self.close_text()
+        out = self.close()
         item = _Answer.function_call(call)
         index, where = len(self.items), {"item_id": item["id"], "output_index": len(self.items)}
         out += [self.event("response.output_item.added", output_index=index,
@@ -248,34 +230,13 @@ async def _events(job: Job, chunk: Chunk | None, answer: _Answer, names: tuple[s
     KEEPALIVE_SECONDS until the first token), each item's events, then response.completed (or
     .incomplete) with the whole response; an error after the headers were sent is
     response.failed."""
-    calls = tools.CallStream(names) if names else None
     events = _Events(answer)
     try:
         yield events.event("response.created", response=answer.response("in_progress", []))
         yield events.event("response.in_progress", response=answer.response("in_progress", []))
-        while chunk is None:
-            event = await job.next_event(poll=KEEPALIVE_SECONDS)
-            if event is None:
-                yield ": keep-alive\n\n"
-            else:
-                chunk = event[1]
-        while True:
-            parts = calls.push(chunk.text) if calls else [chunk.text]
-            if chunk.finish_reason is not None and calls:
-                parts += calls.flush()
-            for part in parts:
-                if isinstance(part, tools.ToolCall):
-                    for line in events.call(part):
-                        yield line
-                elif part and not (events.items and not part.strip()):
-                    for line in events.text_delta(part):
-                        yield line
-            if chunk.finish_reason is not None:
-                break
-            chunk = (await job.next_event())[1]
-        for line in events.close_text():
+        async for line in written(job, chunk, names, events):
             yield line
-        whole = answer.whole(events.items, job, chunk)
+        whole = answer.whole(events.items, job, events.last)
         yield events.event(f"response.{whole['status']}", response=whole)
         job.outcome = whole["status"]
     except Exception as exc:

@@ -8,13 +8,14 @@ import asyncio
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import Request
 
 from ...drafters import DRAFTERS
 from ...core.constraint import Grammar
 from ...errors import InvalidParameterError
+from . import tools
 from ...grammars import GrammarCompiler
 from ...models import LoadedModel
 from ...models.fim import FimTokens
@@ -87,3 +88,36 @@ async def compile_grammar(state: ServerState, output_format: tuple[str, Any] | N
         return None
     return await asyncio.get_running_loop().run_in_executor(
         state.compiling, state.grammars.compile, *output_format)
+
+
+def tool_marks(state: ServerState) -> tuple[str, str]:
+    """The model's tool-call markers; a 400 for a template that describes no tool calls."""
+    if state.tool_markers is None:
+        raise InvalidParameterError(tools.NO_TOOLS)
+    return state.tool_markers
+
+
+def required_calls(state: ServerState, tool_list: list[dict], forced: tuple[str | None],
+                   parallel: bool) -> tuple[str, str]:
+    """The output format of an answer that must be tool calls: of `forced`'s one function, or
+    of any (None); one or, with `parallel`, several."""
+    return "lark", tools.call_grammar(tool_list, *forced, parallel, tool_marks(state))
+
+
+def chat_prompt(state: ServerState, messages: list[dict],
+                tool_list: list[dict] | None = None) -> Callable[[], list[int]]:
+    """A conversation's prompt ids in every dialect, made on the worker thread: the model's chat
+    template over `messages` (OpenAI's chat shape), describing `tool_list` (OpenAI's function
+    tools). A model without a template is refused: the library's fallback (contents joined) is
+    no chat format a client could rely on."""
+    model = state.model
+    if tool_list:
+        tool_marks(state)
+    messages = tools.template_messages(messages)
+
+    def prepare() -> list[int]:
+        if not model.has_chat_template:
+            raise InvalidParameterError("this model has no chat template; use /v1/completions")
+        return model.encode_chat(messages, tool_list)
+
+    return prepare

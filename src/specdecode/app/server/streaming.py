@@ -14,6 +14,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from ...core.engine import Chunk
+from . import tools
 from .errors import APIError, api_error
 from .metrics import ServerMetrics
 from .worker import TIMEOUT_MESSAGE, Job, RequestTimeoutError
@@ -90,3 +91,47 @@ class JobStream(StreamingResponse):
             reason = self.job.outcome or "client_gone"
             self.metrics.stream_ends.labels(reason).inc()
             log.info("stream of %s %s ended: %s", scope["method"], scope["path"], reason)
+
+
+async def answer_parts(job: Job, chunk: Chunk | None, names: tuple[str, ...]):
+    """A one-choice answer's parts as a dialect streams them, (kind, value): ("wait", None)
+    every KEEPALIVE_SECONDS until the first chunk (`chunk` None: the prompt is still being
+    read), ("text", str) and ("call", tools.ToolCall) as they arrive (text that may open a call
+    of `names` held until it is one or is not; blank text between calls left out), and last
+    ("end", the last Chunk: its finish reason and stats)."""
+    calls = tools.CallStream(names) if names else None
+    while chunk is None:
+        event = await job.next_event(poll=KEEPALIVE_SECONDS)
+        if event is None:
+            yield "wait", None
+        else:
+            chunk = event[1]
+    called = False
+    while True:
+        parts = calls.push(chunk.text) if calls else [chunk.text]
+        if chunk.finish_reason is not None and calls:
+            parts += calls.flush()
+        for part in parts:
+            if isinstance(part, tools.ToolCall):
+                called = True
+                yield "call", part
+            elif part and not (called and not part.strip()):
+                yield "text", part
+        if chunk.finish_reason is not None:
+            yield "end", chunk
+            return
+        chunk = (await job.next_event())[1]
+
+
+async def written(job: Job, chunk: Chunk | None, names: tuple[str, ...], writer):
+    """A dialect's stream of one answer: `writer`'s lines for each part (`answer_parts`):
+    `wait()`, `text(str)`, `call(tools.ToolCall)`, then `close()`; `writer.last` is then the last
+    chunk (its finish reason and stats)."""
+    async for kind, value in answer_parts(job, chunk, names):
+        if kind == "end":
+            writer.last = value
+            continue
+        for line in writer.wait() if kind == "wait" else getattr(writer, kind)(value):
+            yield line
+    for line in writer.close():
+        yield line
