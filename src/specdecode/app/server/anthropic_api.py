@@ -21,7 +21,7 @@ from . import openai_format, tools
 from .anthropic_schemas import CountTokensRequest, MessagesRequest
 from .request import EngineRequest
 from .state import chat_prompt, compile_grammar, required_calls, server_state, speculative
-from .streaming import JobStream, admitted, next_chunk, stream_failed, written
+from .streaming import one_answer, stream_failed, written
 from .worker import Job
 
 router = APIRouter()
@@ -55,26 +55,17 @@ async def messages(body: MessagesRequest, request: Request) -> Response:
                           grammar=await compile_grammar(state, output_format),
                           **speculative(body.speculative))
     names = tuple(t["function"]["name"] for t in body.tools_in_prompt or ())
-    job = Job(asked, state.request_timeout)
-    state.worker.submit(job)
-    try:
-        if body.stream:  # started once the prompt is checked: pings keep it through the prefill
-            first = await admitted(job, request)
-            return JobStream(_events(job, first and first[1], _Message(state.model_id), names),
-                             job, state.metrics)
-        chunks = [(await next_chunk(job, request))[1]]
-        while chunks[-1].finish_reason is None:
-            chunks.append((await next_chunk(job, request))[1])
-    except BaseException:
-        job.cancel()
-        raise
     message = _Message(state.model_id)
-    text = "".join(c.text for c in chunks)
-    prose, calls = tools.parse(text, names) if names else (text, [])
+    # streamed, started once the prompt is checked: pings keep it through the prefill
+    answer = await one_answer(request, state, asked, names, (
+        lambda job, chunk: _events(job, chunk, message, names)) if body.stream else None)
+    if isinstance(answer, Response):
+        return answer
+    job, prose, calls, last = answer
     content = ([{"type": "text", "text": prose}] if prose else []) + [
         message.tool_use(call) for call in calls]
     return JSONResponse({**message.head(), "content": content,
-                         **message.end(chunks[-1], bool(calls), _usage(job, chunks[-1]))})
+                         **message.end(last, bool(calls), _usage(job, last))})
 
 
 def _usage(job: Job, last: Chunk) -> dict:

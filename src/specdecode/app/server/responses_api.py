@@ -26,7 +26,7 @@ from .errors import APIError
 from .request import EngineRequest
 from .responses_schemas import ResponsesRequest
 from .state import chat_prompt, compile_grammar, required_calls, server_state, speculative
-from .streaming import JobStream, admitted, next_chunk, stream_failed, written
+from .streaming import one_answer, stream_failed, written
 from .worker import Job
 
 router = APIRouter()
@@ -82,23 +82,14 @@ async def responses(body: ResponsesRequest, request: Request) -> Response:
                           **speculative(body.speculative))
     names = tuple(t["function"]["name"] for t in body.tools_in_prompt or ())
     answer = _Answer(state.model_id, body, history + body.input)
-    job = Job(asked, state.request_timeout)
-    state.worker.submit(job)
-    try:
-        if body.stream:
-            first = await admitted(job, request)
-            return JobStream(_events(job, first and first[1], answer, names), job, state.metrics)
-        chunks = [(await next_chunk(job, request))[1]]
-        while chunks[-1].finish_reason is None:
-            chunks.append((await next_chunk(job, request))[1])
-    except BaseException:
-        job.cancel()
-        raise
-    prose, calls = tools.parse("".join(c.text for c in chunks), names) if names else (
-        "".join(c.text for c in chunks), [])
+    whole = await one_answer(request, state, asked, names, (
+        lambda job, chunk: _events(job, chunk, answer, names)) if body.stream else None)
+    if isinstance(whole, Response):
+        return whole
+    job, prose, calls, last = whole
     items = ([answer.message(prose, "completed")] if prose else []) + [
         answer.function_call(call) for call in calls]
-    return JSONResponse(answer.whole(items, job, chunks[-1]))
+    return JSONResponse(answer.whole(items, job, last))
 
 
 class _Answer:

@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import time
+from typing import TYPE_CHECKING, Callable
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -17,7 +18,11 @@ from ...core.engine import Chunk
 from . import tools
 from .errors import APIError, api_error
 from .metrics import ServerMetrics
+from .request import EngineRequest
 from .worker import TIMEOUT_MESSAGE, Job, RequestTimeoutError
+
+if TYPE_CHECKING:
+    from .state import ServerState
 
 log = logging.getLogger("specdecode.server")
 
@@ -135,3 +140,25 @@ async def written(job: Job, chunk: Chunk | None, names: tuple[str, ...], writer)
             yield line
     for line in writer.close():
         yield line
+
+
+async def one_answer(request: Request, state: "ServerState", asked: EngineRequest,
+                     names: tuple[str, ...], stream: Callable | None):
+    """Serve a one-choice request: streamed, the JobStream of `stream(job, first chunk or None)`,
+    started once the prompt is checked; else the whole answer, (job, its prose (None: none),
+    its tool calls of `names`, its last chunk)."""
+    job = Job(asked, state.request_timeout)
+    state.worker.submit(job)
+    try:
+        if stream is not None:
+            first = await admitted(job, request)
+            return JobStream(stream(job, first and first[1]), job, state.metrics)
+        chunks = [(await next_chunk(job, request))[1]]
+        while chunks[-1].finish_reason is None:
+            chunks.append((await next_chunk(job, request))[1])
+    except BaseException:
+        job.cancel()
+        raise
+    text = "".join(c.text for c in chunks)
+    prose, calls = tools.parse(text, names) if names else (text, [])
+    return job, prose, calls, chunks[-1]
