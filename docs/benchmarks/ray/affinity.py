@@ -27,7 +27,7 @@ from specdecode.app.bench.load import free_port
 from specdecode.app.bench.run import machine_info
 from specdecode.app.bench.specbench import load_questions, select
 from specdecode.app.cli import build_parser
-from specdecode.app.server import ray_serve
+from specdecode.app.server import ray_replica, ray_serve
 
 from ray import serve  # noqa: E402  (after ray_serve: it sets Ray Serve's switches first)
 
@@ -43,7 +43,7 @@ async def turn(client: httpx.AsyncClient, messages: list[dict]) -> dict:
     started, first, text, usage = time.perf_counter(), None, [], {}
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
-        replica = r.headers[ray_serve.REPLICA_HEADER]
+        replica = r.headers[ray_replica.REPLICA_HEADER]
         async for line in r.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue

@@ -47,7 +47,9 @@ _COMMANDS: dict[str, tuple[str, str]] = {
              "configuration as this model's defaults for generate, bench "
              "and serve."),
     "serve": ("OpenAI-compatible HTTP server",
-              "Serve /v1/completions, /v1/chat/completions, /v1/models, "
+              "Serve OpenAI's /v1/chat/completions, /v1/completions and "
+              "/v1/responses, Anthropic's /v1/messages, llama.cpp's "
+              "/completion, /infill, /tokenize and /props, /v1/models, "
               "/health and /metrics. --method and the draft caps are the "
               "default; a request can pick another drafter with the "
               'extension field "speculative": {"method": ..., '

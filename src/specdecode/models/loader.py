@@ -95,7 +95,13 @@ class LoadedModel:
         """Token ids for a user prompt; chat models get their chat template unless chat=False."""
         if chat and self.has_chat_template:
             return self.encode_chat([{"role": "user", "content": prompt}])
-        return self.tokenizer(prompt)["input_ids"]
+        return self.tokenize(prompt, add_special=True, parse_special=True)
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        """Token ids of `text`: with the tokenizer's own special tokens around it (a BOS) when
+        `add_special`; special tokens' spellings in it are those tokens when `parse_special`."""
+        return self.tokenizer(text, add_special_tokens=add_special,
+                              split_special_tokens=not parse_special)["input_ids"]
 
     @property
     def has_chat_template(self) -> bool:
@@ -107,15 +113,17 @@ class LoadedModel:
         template writes the special tokens, so the tokenizer adds none); a model without a chat
         template gets the contents joined by blank lines. Messages the template refuses raise
         InvalidParameterError."""
-        tok = self.tokenizer
         if not self.has_chat_template:
-            return tok("\n\n".join(m["content"] for m in messages))["input_ids"]
+            return self.tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"]
+        return self.tokenizer(self.chat_text(messages, tools), add_special_tokens=False)["input_ids"]
+
+    def chat_text(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """The chat template's text of a conversation ready for the assistant's next turn."""
         try:
-            text = tok.apply_chat_template(messages, tools=tools, tokenize=False,
-                                           add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                                      add_generation_prompt=True)
         except jinja2.TemplateError as exc:
             raise InvalidParameterError(f"the chat template rejected the messages: {exc}") from exc
-        return tok(text, add_special_tokens=False)["input_ids"]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -127,8 +135,7 @@ class LoadedModel:
 
     def encode_text(self, text: str) -> list[int]:
         """Token ids of user text as text: special-token spellings in it are not tokens."""
-        return self.tokenizer(text, add_special_tokens=False,
-                              split_special_tokens=True)["input_ids"]
+        return self.tokenize(text, add_special=False, parse_special=False)
 
     def encode_fim(self, prefix: str, suffix: str, before_cursor: str = "",
                    extra: list[tuple[str, str]] = (), limit: int | None = None

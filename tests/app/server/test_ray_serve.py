@@ -24,7 +24,7 @@ from specdecode.app.cli import build_parser, main, ray_app
 ray = pytest.importorskip("ray", reason="the [ray] extra is not installed")
 from ray import serve  # noqa: E402
 
-from specdecode.app.server import ray_serve  # noqa: E402
+from specdecode.app.server import ray_replica, ray_serve  # noqa: E402
 
 pytestmark = pytest.mark.real_model
 MODEL = "smollm2-135m"
@@ -148,7 +148,7 @@ def test_a_conversations_turns_go_back_to_the_replica_of_its_first(ray_url):
                 r = client.post("/v1/chat/completions",
                                 json={"messages": messages, "max_tokens": 8, "temperature": 0})
                 r.raise_for_status()
-                homes.setdefault(i, []).append(r.headers[ray_serve.REPLICA_HEADER])
+                homes.setdefault(i, []).append(r.headers[ray_replica.REPLICA_HEADER])
                 messages += [r.json()["choices"][0]["message"],
                              {"role": "user", "content": "Go on."}]
     assert all(len(set(replicas)) == 1 for replicas in homes.values()), homes
@@ -201,7 +201,7 @@ def test_every_replicas_metrics_are_exported_by_ray_labelled_by_replica(ray_url)
                     "messages": [{"role": "user", "content": f"Count to {i}."}],
                     "max_tokens": 4, "temperature": 0})
                 r.raise_for_status()
-                answered.add(r.headers[ray_serve.REPLICA_HEADER])
+                answered.add(r.headers[ray_replica.REPLICA_HEADER])
             else:
                 time.sleep(1)
             text = httpx.get(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).text

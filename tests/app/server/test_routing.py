@@ -1,5 +1,5 @@
 """The conversation router's policy (`routing.ConversationRouter`) and the key it routes by
-(`ray_serve.conversation_key`), without a Ray instance."""
+(`ray_ingress.conversation_key`), without a Ray instance."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")
 
-from specdecode.app.server.ray_serve import Forwarded, conversation_key  # noqa: E402
+from specdecode.app.server.ray_ingress import conversation_key  # noqa: E402
+from specdecode.app.server.ray_replica import Forwarded  # noqa: E402
 from specdecode.app.server.routing import ConversationRouter  # noqa: E402
 
 CHAT = "/v1/chat/completions"

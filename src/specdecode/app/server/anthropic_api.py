@@ -22,7 +22,7 @@ from .anthropic_schemas import CountTokensRequest, MessagesRequest
 from .request import EngineRequest
 from .state import chat_prompt, compile_grammar, required_calls, server_state, speculative
 from .streaming import one_answer, stream_failed, written
-from .worker import Job
+from .job import Job
 
 router = APIRouter()
 
@@ -34,8 +34,8 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict:
     state = server_state(request)
     state.check_model(body.model)
-    return {"input_tokens": len(chat_prompt(state, body.template_messages(),
-                                            body.tools_in_prompt)())}
+    prepare = chat_prompt(state, body.template_messages(), body.tools_in_prompt)
+    return {"input_tokens": len(await state.worker.call(prepare))}
 
 
 @router.post("/v1/messages")

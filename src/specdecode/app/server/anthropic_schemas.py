@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .schemas import Number, SpeculativeOptions, _Strict
+from .schema_base import Number, SpeculativeOptions, Strict
 
 # more than OpenAI's 4: clients of this dialect send a few stop sequences of their own
 MAX_STOP_SEQUENCES = 16
@@ -61,7 +61,7 @@ def _block(block: Any) -> dict:
                      "(text, tool_use and tool_result are)")
 
 
-class Message(_Strict):
+class Message(Strict):
     role: Literal["user", "assistant", "system"]  # Claude Code sends system turns too
     content: Any  # a string, or a list of content blocks
 
@@ -91,7 +91,7 @@ class Message(_Strict):
         return results + ([{"role": "user", "content": text}] if text or not results else [])
 
 
-class Tool(_Strict):
+class Tool(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$")
     description: str | None = None
     input_schema: dict[str, Any] | None = None  # required unless the tool is deferred
@@ -115,7 +115,7 @@ class Tool(_Strict):
         return {"type": "function", "function": function}
 
 
-class ToolChoice(_Strict):
+class ToolChoice(Strict):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool = False
@@ -127,17 +127,17 @@ class ToolChoice(_Strict):
         return self
 
 
-class JSONOutputFormat(_Strict):
+class JSONOutputFormat(Strict):
     type: Literal["json_schema"]
     json_schema: dict[str, Any] = Field(alias="schema")
 
 
-class OutputConfig(_Strict):
+class OutputConfig(Strict):
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None  # not a reasoner
     format: JSONOutputFormat | None = None
 
 
-class CountTokensRequest(_Strict):
+class CountTokensRequest(Strict):
     model: str
     messages: list[Message] = Field(min_length=1)
     system: Any = None  # a string or a list of text blocks

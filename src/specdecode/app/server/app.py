@@ -1,8 +1,9 @@
 """The FastAPI app: one module per dialect in front of one `EngineWorker`.
 
-The dialects (`openai_api`: chat completions and completions; `infill`: llama.cpp's /infill)
-each turn their requests into one `request.EngineRequest` and the engine's chunks into their own
-wire format; streaming (`streaming`) and OpenAI's error shape (`errors`) are written once. This
+The dialects (`openai_api`: chat completions and completions; `responses_api`: OpenAI's
+Responses; `anthropic_api`: Anthropic's Messages; `infill` and `llamacpp_api`: llama.cpp's own
+routes) each turn their requests into one `request.EngineRequest` and the engine's chunks into
+their own wire format; streaming (`streaming`) and OpenAI's error shape (`errors`) are written once. This
 module builds the app around one loaded model and serves what belongs to no dialect: health,
 metrics and the model list.
 """
@@ -22,7 +23,7 @@ from ...core.engine import Speculation
 from ...errors import InvalidParameterError
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
-from . import anthropic_api, infill, openai_api, responses_api, tools
+from . import anthropic_api, infill, llamacpp_api, openai_api, responses_api, tools
 from .errors import add_error_handlers
 from .guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
 from .metrics import RequestMetricsMiddleware, ServerMetrics
@@ -75,7 +76,7 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
                            allow_headers=["*"])
     add_error_handlers(app)
     _add_routes(app)
-    for dialect in (openai_api, responses_api, anthropic_api, infill):
+    for dialect in (openai_api, responses_api, anthropic_api, infill, llamacpp_api):
         app.include_router(dialect.router)
     return app
 

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...errors import KernelError, PromptTooLongError, SpecDecodeError
 from .openai_format import error_body
-from .worker import InternalError, RequestTimeoutError, ServerBusyError, ServerShutdownError
+from .job import InternalError, RequestTimeoutError, ServerBusyError, ServerShutdownError
 
 log = logging.getLogger("specdecode.server")
 

@@ -16,16 +16,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...core.engine import Chunk
-from ...errors import InvalidParameterError
-from ...models import LoadedModel
 from . import infill, openai_format, tools
 from .errors import APIError
 from .request import EngineRequest
-from .schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
-from .state import (chat_prompt, compile_grammar, fim_ends, required_calls, server_state,
-                    speculative)
+from .openai_schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
+from .state import (chat_prompt, compile_grammar, fim_ends, raw_prompt, required_calls,
+                    server_state, speculative)
 from .streaming import DONE, JobStream, next_chunk, sse, stream_failed
-from .worker import Job
+from .job import Job
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
@@ -37,7 +35,7 @@ router = APIRouter()
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state = server_state(request)
     if body.suffix is None:
-        return await _generate(request, body, [_completion_prompt(state.model, p)
+        return await _generate(request, body, [raw_prompt(state.model, p)
                                                for p in body.prompt], chat=False)
     stops = fim_ends(state)
     limit = state.model.context_length - (body.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS)
@@ -59,21 +57,6 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     names = tuple(t["function"]["name"] for t in tools_in_prompt or ())
     return await _generate(request, body, [prompt], chat=True, output_format=output_format,
                            tool_calls=names)
-
-
-def _completion_prompt(model: LoadedModel, prompt: str | list[int]) -> Callable[[], list[int]]:
-    """Prompt ids for /v1/completions: text as is (no chat template), or token ids checked
-    against the vocabulary (an out-of-range id would index past the embedding table)."""
-
-    def prepare() -> list[int]:
-        if isinstance(prompt, str):
-            return model.encode_prompt(prompt, chat=False)
-        vocab = model.target.vocab_size
-        if any(not 0 <= t < vocab for t in prompt):
-            raise InvalidParameterError(f"prompt token ids must be in [0, {vocab})")
-        return list(prompt)
-
-    return prepare
 
 
 def _engine_request(body: GenerationRequest, prepares: list[Callable[[], list[int]]],
@@ -105,8 +88,8 @@ async def _generate(request: Request, body: GenerationRequest,
     state = server_state(request)
     state.check_model(body.model)
     # a prediction is tokenized once, here, not per choice on the engine thread
-    prediction = (None if body.prediction is None
-                  else state.model.encode_text(body.prediction.content))
+    prediction = (None if body.prediction is None else await state.worker.call(
+        lambda: state.model.encode_text(body.prediction.content)))
     asked = _engine_request(body, prepares, state.model.context_length, chat,
                             stop_token_ids=stop_token_ids, prediction=prediction,
                             **speculative(body.speculative))

@@ -1,16 +1,9 @@
 """`specdecode serve --ray`: the same app as Ray Serve replicas behind Ray's HTTP proxy.
 
-Two deployments. `EngineReplica` is what `serve` runs, unchanged: `commands.build_app` loads the
-model on a thread of the replica's own, which then runs the engine loop (as `runner.serve` does;
-the kernels' OpenMP team belongs to that thread), and every request goes through that FastAPI app
-in-process, so a replica answers exactly what one `specdecode serve` answers. `Ingress` is the
-deployment Ray's proxy calls: it reads the body, names the request's conversation
-(`conversation_key`) for the router (`routing.ConversationRouter`, which sends a conversation's
-turns back to the replica that served its first), forwards, and relays the answer. A replica that
-dies before it answered (killed, out of memory, a kernel error) costs the client nothing: the
-request goes to another; one that dies mid-stream ends the stream with an error event and
-`[DONE]`, never a hang. Ray Serve replaces the dead replica, routes to none until its model has
-loaded (the constructor returns only then), and on shutdown lets requests in flight finish.
+Two deployments: `ray_replica.EngineReplica`, what `serve` runs, unchanged, and
+`ray_ingress.Ingress`, which Ray's proxy calls and which forwards to the replicas. Ray Serve
+replaces a dead replica, routes to none until its model has loaded (the constructor returns only
+then), and on shutdown lets requests in flight finish.
 
 A cluster runs the same deployments with Ray's own command (`serve run`, see `cli.ray_app`).
 """
@@ -18,278 +11,27 @@ A cluster runs the same deployments with Ray's own command (`serve run`, see `cl
 from __future__ import annotations
 
 import argparse
-import asyncio
-import hashlib
-import json
 import logging
-import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-# Ray Serve's switches, set before Ray Serve is imported (it reads them then) for this process
-# and the Ray instance it starts (a cluster's are set where `ray start` runs): replicas' user code
-# and the ingress's router on the actor's own event loop instead of threads of their own, and
-# requests to replicas over gRPC rather than as Ray actor tasks: together they take nearly half
-# of the latency Ray adds to a request away and raise what two replicas serve (measured by
-# docs/benchmarks/ray/switches.py).
-RAY_SERVE_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
-                 "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": "0",
-                 "RAY_SERVE_USE_GRPC_BY_DEFAULT": "1"}
-for _name, _value in RAY_SERVE_ENV.items():  # Ray's processes this one starts inherit them
-    os.environ.setdefault(_name, _value)
-
-try:
-    import grpc
-    import ray
-    from ray import serve
-    from ray.exceptions import ActorUnavailableError, RayActorError
-    from ray.serve.config import RequestRouterConfig
-except ImportError as exc:  # the optional extra
-    from ...errors import SpecDecodeError
-
-    raise SpecDecodeError("--ray needs Ray Serve: pip install 'specdecode[ray]'") from exc
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from . import ray_env  # noqa: F401  (Ray Serve's switches, before Ray Serve is imported)
+import ray
+from ray import serve
+from ray.serve.config import RequestRouterConfig
 
 from ...errors import InvalidParameterError, SpecDecodeError
-from . import openai_format
-from .launch import build_app
-from .ray_metrics import PERIOD_S as METRICS_PERIOD_S
-from .ray_metrics import RayMetricsMirror
-
-log = logging.getLogger("specdecode.server")
+from .ray_ingress import Ingress
+from .ray_replica import EngineReplica
 
 APP_NAME = "specdecode"
-REPLICA_HEADER = "x-specdecode-replica"  # which replica answered (affinity is measured by it)
 # Ray Serve's own names for the two deployments (metrics and `serve status` show them)
 ENGINE, INGRESS = "EngineReplica", "Ingress"
-RETRIES = 3  # other replicas a request that got no answer is sent to
-PROMPT_KEY_CHARS = 256  # a completion prompt's head that names its conversation
-# how a replica's death reaches the ingress: as Ray's errors, or as the gRPC call's own when the
-# call fails mid-stream (an error the replica's code raised comes as a RayTaskError instead)
-REPLICA_GONE = (RayActorError, ActorUnavailableError, grpc.aio.AioRpcError)
-DIED = "the replica serving this request died; its stream ends here"
-METRICS_ELSEWHERE = ("behind Ray Serve, every replica's metrics are exported by Ray's metrics "
-                     "agent (`serve --ray --metrics-export-port`), each labelled by replica")
-
-
-def conversation_key(path: str, body: bytes) -> str | None:
-    """What a conversation's every turn starts with, hashed: a chat's messages up to its first user
-    message, a completion prompt's first `PROMPT_KEY_CHARS` characters; None for anything else
-    (least-loaded routing)."""
-    try:
-        request = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(request, dict):
-        return None
-    if path.endswith("/chat/completions") and isinstance(request.get("messages"), list):
-        head = []
-        for message in request["messages"]:
-            head.append(message)
-            if isinstance(message, dict) and message.get("role") == "user":
-                break
-        text = json.dumps(head, sort_keys=True)
-    elif path.endswith("/completions") and isinstance(request.get("prompt"), str):
-        text = request["prompt"][:PROMPT_KEY_CHARS]
-    else:
-        return None
-    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-
-
-@dataclass
-class Forwarded:
-    """One HTTP request as the ingress hands it to an engine replica."""
-
-    method: str
-    path: str
-    query_string: bytes
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
-    conversation: str | None  # `conversation_key`, read by the router
-
-
-class EngineReplica:
-    """One engine, its model loaded before the constructor returns (Ray Serve sends a replica
-    nothing until then: not ready while loading)."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self._stopping = threading.Event()
-        ready: Future = Future()
-
-        def engine() -> None:
-            try:
-                if args.threads:
-                    import torch
-
-                    torch.set_num_threads(args.threads)
-                app, what = build_app(args)
-                app.state.specdecode.worker.bind_to_this_thread()
-                ready.set_result((app, what))
-            except BaseException as exc:  # the constructor raises it: Ray Serve reports it
-                ready.set_exception(exc)
-                return
-            app.state.specdecode.worker.run(until=self._stopping.is_set)
-
-        self._thread = threading.Thread(target=engine, name="specdecode-engine", daemon=True)
-        self._thread.start()
-        self.app, what = ready.result()
-        mirror = RayMetricsMirror(self.app.state.specdecode.metrics.registry)
-
-        def copy_metrics() -> None:
-            while not self._stopping.wait(METRICS_PERIOD_S):
-                mirror.copy()
-
-        threading.Thread(target=copy_metrics, name="specdecode-metrics", daemon=True).start()
-        context = serve.get_replica_context()
-        self.name = context.replica_id.unique_id if context else "local"
-        log.warning("replica %s serving %s", self.name, what)
-
-    def check_health(self) -> None:
-        """Ray Serve's health probe: a replica whose engine loop ended is replaced."""
-        if not self._thread.is_alive():
-            raise RuntimeError("the engine loop has ended")
-
-    async def forward(self, request: Forwarded) -> AsyncIterator[list[dict]]:
-        """The app's ASGI messages for `request`, in lists: each crosses Ray as one item."""
-        state = {"body_sent": False}
-        gone = asyncio.Event()
-        messages: asyncio.Queue = asyncio.Queue()
-
-        async def receive() -> dict:
-            if not state["body_sent"]:
-                state["body_sent"] = True
-                return {"type": "http.request", "body": request.body, "more_body": False}
-            await gone.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict) -> None:
-            messages.put_nowait(message)
-
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-                 "method": request.method, "scheme": "http", "path": request.path,
-                 "raw_path": request.path.encode(), "query_string": request.query_string,
-                 "root_path": "", "headers": request.headers, "client": None,
-                 "server": None}
-        task = asyncio.create_task(self.app(scope, receive, send))
-        task.add_done_callback(lambda _: messages.put_nowait(None))
-        try:
-            while True:
-                # what is waiting goes as one item (a JSON answer's start and body together)
-                batch = [await messages.get()]
-                while batch[-1] is not None and messages.qsize():
-                    batch.append(messages.get_nowait())
-                done = batch[-1] is None
-                batch = [m for m in batch if m is not None]
-                for message in batch:
-                    if message["type"] == "http.response.start":
-                        message["headers"] = [*message.get("headers", []),
-                                              (REPLICA_HEADER.encode(), self.name.encode())]
-                if batch:
-                    yield _joined(batch)
-                if done:
-                    break
-            await task
-        finally:  # the client went away (Ray cancels this generator) or the answer is complete
-            gone.set()
-            if not task.done():
-                await asyncio.wait([task], timeout=5)
-
-    def __del__(self) -> None:
-        """Ray Serve has let requests in flight finish (graceful shutdown) before this."""
-        self._stopping.set()
-        app = getattr(self, "app", None)
-        if app is not None:
-            app.state.specdecode.worker.stop()
-            app.state.specdecode.compiling.shutdown(wait=False)
-
-
-def _joined(messages: list[dict]) -> list[dict]:
-    """`messages` with each run of body parts made one part."""
-    out: list[dict] = []
-    for message in messages:
-        if out and message["type"] == out[-1]["type"] == "http.response.body":
-            out[-1] = {**message, "body": out[-1].get("body", b"") + message.get("body", b"")}
-        else:
-            out.append(message)
-    return out
-
-
-class Ingress:
-    """Ray's proxy calls this with every HTTP request: forward it, retry on another replica while
-    nothing has been answered, relay the answer."""
-
-    def __init__(self, engine: serve.handle.DeploymentHandle) -> None:
-        self.engine = engine.options(stream=True)
-
-    async def __call__(self, request: Request) -> Response:
-        if request.url.path == "/metrics":  # one replica's would pass for all replicas'
-            return JSONResponse(openai_format.error_body(
-                METRICS_ELSEWHERE, "invalid_request_error", None, "not_found"), 404)
-        body = await request.body()
-        forwarded = Forwarded(request.method, request.url.path,
-                              request.scope.get("query_string", b""),
-                              list(request.scope["headers"]), body,
-                              conversation_key(request.url.path, body))
-        failure: Exception | None = None
-        for _ in range(1 + RETRIES):
-            messages = self.engine.forward.remote(forwarded)
-            try:
-                start = await messages.__anext__()  # the start of the answer, maybe all of it
-            except REPLICA_GONE as exc:  # nothing sent yet: try another replica
-                failure = exc
-                log.warning("a replica died before answering; retrying: %r", exc)
-                continue
-            except Exception as exc:  # noqa: BLE001  (a bug: answered, logged, never a hang)
-                log.error("forwarding failed", exc_info=exc)
-                return JSONResponse(openai_format.error_body(
-                    "internal server error; see the replica's log", "server_error", None,
-                    "internal_error"), 500)
-            return _Relayed(start, messages)
-        return JSONResponse(openai_format.error_body(
-            f"no replica could answer: {failure}", "server_error", None, "replica_died"), 503)
-
-
-class _Relayed(Response):
-    """An engine replica's ASGI messages, relayed as they come; a replica that dies mid-answer
-    ends a stream with an error event (OpenAI's shape) and [DONE], any other answer early."""
-
-    def __init__(self, start: list[dict], messages: Any) -> None:
-        self.start, self.messages = start, messages
-        self.background = None
-
-    async def __call__(self, scope, receive, send) -> None:
-        for message in self.start:
-            await send(message)
-        last = self.start[-1]
-        if last["type"] == "http.response.body" and not last.get("more_body", False):
-            return  # the whole answer came at once
-        streamed = any(k.lower() == b"content-type" and v.startswith(b"text/event-stream")
-                       for k, v in self.start[0].get("headers", []))
-        finished = False
-        try:
-            async for batch in self.messages:
-                for message in batch:
-                    await send(message)
-            finished = True
-        except Exception as exc:  # whatever failed, the client gets an answer that ends
-            log.warning("a replica failed mid-answer: %r", exc)
-            tail = b""
-            if streamed:
-                error = openai_format.error_body(DIED, "server_error", None, "replica_died")
-                tail = f"data: {json.dumps(error)}\n\ndata: [DONE]\n\n".encode()
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
-            finished = True
-        finally:
-            if not finished:  # the client went away: the replica stops generating for it
-                self.messages.cancel()
 
 
 def deployment(args: argparse.Namespace) -> serve.Application:

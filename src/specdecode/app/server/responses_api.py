@@ -27,7 +27,7 @@ from .request import EngineRequest
 from .responses_schemas import ResponsesRequest
 from .state import chat_prompt, compile_grammar, required_calls, server_state, speculative
 from .streaming import one_answer, stream_failed, written
-from .worker import Job
+from .job import Job
 
 router = APIRouter()
 STORED, STORE_SECONDS = 1024, 3600.0

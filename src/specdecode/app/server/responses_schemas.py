@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .schemas import Number, SpeculativeOptions, _Strict
+from .schema_base import Number, SpeculativeOptions, Strict
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -74,7 +74,7 @@ def merged(messages: list[dict]) -> list[dict]:
     return out
 
 
-class TextFormat(_Strict):
+class TextFormat(Strict):
     type: Literal["text", "json_schema", "json_object"]
     name: str | None = None
     description: str | None = None
@@ -88,12 +88,12 @@ class TextFormat(_Strict):
         return self
 
 
-class TextConfig(_Strict):
+class TextConfig(Strict):
     format: TextFormat | None = None
     verbosity: Literal["low", "medium", "high"] | None = None  # one length is all it writes
 
 
-class ResponsesRequest(_Strict):
+class ResponsesRequest(Strict):
     model: str | None = None
     input: Any  # a string, or a list of items
     instructions: str | None = None

@@ -2,7 +2,7 @@
 is overloaded; otherwise the least loaded.
 
 A replica keeps what a conversation's later turns can use (the suffix drafter's memory of earlier
-answers; `ray_serve` names the conversation by its opening), so sending every turn to one replica
+answers; `ray_ingress` names the conversation by its opening), so sending every turn to one replica
 is worth a little imbalance, and only a little: a replica with `imbalance` more requests in flight
 than the least loaded one loses the conversation to that one (the conversation's home moves with
 it). A new conversation goes to the least loaded replica, of those tied the one with the fewest

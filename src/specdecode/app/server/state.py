@@ -21,7 +21,7 @@ from ...models import LoadedModel
 from ...models.fim import FimTokens
 from .errors import APIError
 from .metrics import ServerMetrics
-from .schemas import SpeculativeOptions
+from .schema_base import SpeculativeOptions
 from .worker import EngineWorker
 
 
@@ -119,5 +119,26 @@ def chat_prompt(state: ServerState, messages: list[dict],
         if not model.has_chat_template:
             raise InvalidParameterError("this model has no chat template; use /v1/completions")
         return model.encode_chat(messages, tool_list)
+
+    return prepare
+
+
+def raw_prompt(model: LoadedModel, prompt: str | list[int | str]) -> Callable[[], list[int]]:
+    """Prompt ids of a completion (no chat template), made on the worker thread: text with the
+    tokenizer's own special tokens (a BOS) and special tokens' spellings read as those tokens,
+    or token ids, checked against the vocabulary (an out-of-range id would index past the
+    embedding table), with text mixed in as llama.cpp allows (special tokens added only before
+    text that comes first)."""
+
+    def prepare() -> list[int]:
+        vocab, ids = model.target.vocab_size, []
+        for i, part in enumerate([prompt] if isinstance(prompt, str) else prompt):
+            if isinstance(part, str):
+                ids += model.tokenize(part, add_special=i == 0, parse_special=True)
+            elif 0 <= part < vocab:
+                ids.append(part)
+            else:
+                raise InvalidParameterError(f"prompt token ids must be in [0, {vocab})")
+        return ids
 
     return prepare

@@ -19,7 +19,7 @@ from . import tools
 from .errors import APIError, api_error
 from .metrics import ServerMetrics
 from .request import EngineRequest
-from .worker import TIMEOUT_MESSAGE, Job, RequestTimeoutError
+from .job import TIMEOUT_MESSAGE, Job, RequestTimeoutError
 
 if TYPE_CHECKING:
     from .state import ServerState

@@ -11,44 +11,26 @@ cancelled or timed-out job leaves the batch before the next step, freeing its pl
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, TypeVar
 
-from ...core.budget import DraftBudget
-from ...core.engine import Batch, Chunk, Speculation
+from ...core.engine import Batch, Speculation
 from ...core.prefix_cache import PrefixCache
-from ...core.run_stats import RunStats
 from ...core.sequence import SequenceState
 from ...errors import KernelError, SpecDecodeError
-from ...models import LoadedModel
 from ...models.timing import step_cost
 from ...pipeline import SpecDecoder
 from ...spec import resolve
+from .job import SHUTDOWN_MESSAGE, InternalError, Job, ServerBusyError, ServerShutdownError
 from .metrics import ServerMetrics
-from .request import EngineRequest
 
 log = logging.getLogger("specdecode.server")
-TIMEOUT_MESSAGE = "the request ran past the server's time limit"
-SHUTDOWN_MESSAGE = "the server shut down before the request finished"
-
-
-class ServerBusyError(Exception):
-    """The queue is full (or the server is shutting down): answer 503, try again later."""
-
-
-class ServerShutdownError(Exception):
-    """The server stopped before the request finished."""
-
-
-class RequestTimeoutError(Exception):
-    """The request ran past --request-timeout (queueing included)."""
-
-
-class InternalError(Exception):
-    """A bug surfaced while generating; the details are in the server log, not in the response."""
+T = TypeVar("T")
+_WAKE = object()  # put in the job queue by `call`: an idle engine thread wakes to run it
 
 
 class DecoderCache:
@@ -71,90 +53,6 @@ class DecoderCache:
         return self._by_method[method]
 
 
-class Job:
-    """One generation request (`request.EngineRequest`) in flight, shared by the handler (asyncio
-    loop) and the worker thread.
-
-    `events` receives (index, Chunk) pairs, each choice's last chunk with finish_reason set, or
-    one exception that ends the job. The request's prompts are prepared on the worker thread
-    (the tokenizer is not thread-safe), and so are the bytes of the tokens the chunks' logprobs
-    name (`pieces`, filled before a chunk is sent)."""
-
-    def __init__(self, request: EngineRequest, timeout: float) -> None:
-        self.request = request
-        self.created = time.monotonic()
-        self.deadline = self.created + timeout
-        self.prompt_ids: list[list[int]] = []  # set by the worker before the first chunk is sent
-        self.runs: list[RunStats] = []  # each choice's statistics, as they grow (worker's)
-        self.pieces: dict[int, bytes] = {}  # token id -> its bytes, for logprobs and echo
-        self.decoder: SpecDecoder | None = None  # set by the worker before the first chunk
-        self.budget: DraftBudget | None = None  # the caps it runs with, set with the decoder
-        self.cancelled = threading.Event()
-        self.events: asyncio.Queue = asyncio.Queue()
-        # set once its prompts are read and checked and its choices joined the batch: from
-        # here on only the prefill stands between it and its first token
-        self.admitted = asyncio.Event()
-        self.outcome: str | None = None  # how its stream ended, said by the stream (None: not yet)
-        self._loop = asyncio.get_running_loop()
-
-    def cancel(self) -> None:
-        """Stop generating at the next step (idempotent, from any thread)."""
-        self.cancelled.set()
-
-    def mark_admitted(self) -> None:
-        """From the worker thread, once the job joined the batch."""
-        try:
-            self._loop.call_soon_threadsafe(self.admitted.set)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            self.cancel()
-
-    def fail(self, error: Exception) -> None:
-        self.cancel()
-        self.send(error)
-
-    @property
-    def choices(self) -> int:
-        return self.request.choices
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(map(len, self.prompt_ids))
-
-    def learn_pieces(self, model: LoadedModel, ids: Iterable[int]) -> None:
-        """Record the bytes of `ids` (on the worker thread)."""
-        new = sorted(set(ids) - self.pieces.keys())
-        self.pieces.update(zip(new, model.token_bytes(new)))
-
-    def send(self, event: tuple[int, Chunk] | Exception) -> None:
-        """Hand an event to the handler; from any thread."""
-        try:
-            self._loop.call_soon_threadsafe(self.events.put_nowait, event)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            self.cancel()
-
-    async def next_event(self, poll: float | None = None) -> tuple[int, Chunk] | None:
-        """The next (choice index, chunk), or None when `poll` seconds pass without one; raises
-        the job's error, or RequestTimeoutError once the deadline has passed."""
-        try:
-            event = self.events.get_nowait()  # what already arrived is served, even if late
-        except asyncio.QueueEmpty:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                raise RequestTimeoutError(TIMEOUT_MESSAGE) from None
-            try:
-                event = await asyncio.wait_for(self.events.get(),
-                                               left if poll is None else min(poll, left))
-            except asyncio.TimeoutError:
-                # without a poll the wait was the deadline's, and asyncio may end a wait up to
-                # its clock's resolution early: time.monotonic() can still read just before it
-                if poll is None or time.monotonic() >= self.deadline:
-                    raise RequestTimeoutError(TIMEOUT_MESSAGE) from None
-                return None
-        if isinstance(event, Exception):
-            raise event
-        return event
-
-
 class EngineWorker:
     """Steps up to `max_batch` jobs together on its own thread; at most `max_queue` wait (503
     beyond that)."""
@@ -168,6 +66,7 @@ class EngineWorker:
         self.prefix_cache_tokens = prefix_cache_tokens  # 0: none kept
         self.max_batch, self.speculation = max_batch, speculation
         self._jobs: queue.Queue[Job] = queue.Queue(max_queue)
+        self._calls: queue.Queue[tuple[Callable, concurrent.futures.Future]] = queue.Queue()
         # id(sequence) -> its job, itself and its choice index in the job
         self._running: dict[int, tuple[Job, SequenceState, int]] = {}
         self._held: Job | None = None  # the next job, waiting for room for all its choices
@@ -211,6 +110,33 @@ class EngineWorker:
         except queue.Full:
             raise ServerBusyError("the server is busy: the request queue is full") from None
 
+    async def call(self, fn: Callable[[], T]) -> T:
+        """`fn()` run on the engine thread between two steps, its result or error returned: the
+        tokenizer is only ever used there (its settings, special tokens split or not, are its
+        own state while it runs, so two threads using it could read each other's)."""
+        if not self._accepting:
+            raise ServerBusyError("the server is shutting down")
+        self.start()
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._calls.put((fn, future))
+        try:
+            self._jobs.put_nowait(_WAKE)  # type: ignore[arg-type]
+        except queue.Full:  # a full queue: the thread is not idle, it runs calls every step
+            pass
+        return await asyncio.wrap_future(future)
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                fn, future = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except Exception as exc:
+                    future.set_exception(exc)
+
     def drain(self, grace: float) -> None:
         """Shutdown, step 1: refuse new jobs; cancel whatever still runs after `grace` seconds."""
         self._accepting = False
@@ -238,9 +164,18 @@ class EngineWorker:
     def cancel_all(self, error: Exception) -> None:
         while True:
             try:
-                self._jobs.get_nowait().fail(error)
+                job = self._jobs.get_nowait()
             except queue.Empty:
                 break
+            if job is not _WAKE:
+                job.fail(error)
+        while True:
+            try:
+                self._calls.get_nowait()[1].set_exception(error)
+            except queue.Empty:
+                break
+            except concurrent.futures.InvalidStateError:  # its caller gave up on it
+                pass
         for job in {id(job): job for job, _, _ in self._running.values()}.values():
             job.fail(error)
 
@@ -251,6 +186,7 @@ class EngineWorker:
         batch = Batch(model.target, step_cost(model), model.eos_token_ids, model.decode,
                       self.speculation, prefixes=prefixes)
         while not self._stop.is_set() and not until():
+            self._run_calls()
             self._admit(batch)
             self._leave_stopped(batch)
             self.metrics.busy.set(1 if len(batch) else 0)
@@ -267,6 +203,8 @@ class EngineWorker:
                                      else self._jobs.get_nowait())
             except queue.Empty:
                 return
+            if job is _WAKE:
+                return  # a `call` waits
             self._held = None
             if job.cancelled.is_set() or time.monotonic() >= job.deadline:
                 continue  # the client left, or its time ran out, while the job was queued

@@ -1,59 +1,25 @@
-"""Request bodies of the OpenAI-compatible endpoints, validated by pydantic.
+"""Request bodies of OpenAI's chat completions and completions, validated as `schema_base` says.
 
-Validation is strict (a string is not a number, a number is not a bool), because every value the
-client sends reaches the engine and a silently coerced value is a wrong answer, not a convenience.
-Every field a request may carry is declared here, and those are the fields the server honours:
-anything else is refused by name (`extra="forbid"`), never silently dropped, and fields OpenAI
-defines that the engine cannot honour yet are accepted only at their "off" value.
+Clients of llama.cpp's server send its extension fields to these routes too
+(`llamacpp_schemas.LlamaCppExtensions`): those the engine can honour are honoured, its pure hints
+accepted, the rest refused by name.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from ...core.budget import MAX_DRAFT_NODES
 from ...core.logprobs import MAX_TOP_LOGPROBS
-from ...core.penalties import BIAS_RANGE, PENALTY_RANGE, Penalties
+from ...core.penalties import PENALTY_RANGE, Penalties
+from .llamacpp_schemas import LlamaCppExtensions
+from .schema_base import (SEED_MAX, SEED_MIN, Number, SpeculativeOptions, Strict, check_bias,
+                          stop_list, text_content)
 
-MAX_STOP_STRINGS = 4  # OpenAI's limit
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions (chat's is MAX_TOP_LOGPROBS)
-# torch.Generator.manual_seed accepts exactly this range
-SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
-
-def _number(value: Any) -> float:
-    """Any JSON number (an integer too), nothing else: not a bool, not a numeric string."""
-    if type(value) not in (int, float):  # bool and numeric strings are not numbers
-        raise ValueError("Input should be a number")
-    try:
-        return float(value)
-    except OverflowError:  # an integer literal beyond float range
-        raise ValueError("Input is too large") from None
-
-
-Number = Annotated[float, BeforeValidator(_number)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
-
-
-def _text(content: Any) -> str:
-    """OpenAI's text content in either shape: a string, or a list of text parts joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(
-        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-        for p in content
-    ):
-        return "".join(p["text"] for p in content)
-    raise ValueError("content must be a string or a list of text parts "
-                     '({"type": "text", "text": ...}); other parts are not supported')
-
-
-class Prediction(_Strict):
+class Prediction(Strict):
     """OpenAI's predicted output: text the answer is expected to repeat, such as the file an edit
     rewrites. The drafters copy from it (`GenerationConfig.reference`); the answer is the same
     with or without it."""
@@ -64,23 +30,14 @@ class Prediction(_Strict):
     @field_validator("content")
     @classmethod
     def _text_only(cls, content: Any) -> str:
-        return _text(content)
+        return text_content(content)
 
 
-class SpeculativeOptions(_Strict):
-    """Extension: which drafter serves this request and its draft caps (default: the server's
-    --method, --max-draft-nodes and --max-draft-depth)."""
-
-    method: str | None = None
-    max_draft_nodes: int | None = Field(None, ge=1, le=MAX_DRAFT_NODES)
-    max_draft_depth: int | None = Field(None, ge=1, le=MAX_DRAFT_NODES)
-
-
-class StreamOptions(_Strict):
+class StreamOptions(Strict):
     include_usage: bool = False
 
 
-class JSONSchemaFormat(_Strict):
+class JSONSchemaFormat(Strict):
     """`response_format.json_schema`: the schema the answer must be valid against. Generation is
     always constrained to it, so `strict` true and false are both honoured (strict's promise)."""
 
@@ -92,7 +49,7 @@ class JSONSchemaFormat(_Strict):
     strict: bool | None = None
 
 
-class ResponseFormat(_Strict):
+class ResponseFormat(Strict):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JSONSchemaFormat | None = None
 
@@ -103,7 +60,7 @@ class ResponseFormat(_Strict):
         return self
 
 
-class GenerationRequest(_Strict):
+class GenerationRequest(LlamaCppExtensions):
     """Parameters shared by /v1/completions and /v1/chat/completions."""
 
     model: str | None = None  # optional; when given it must name the served model
@@ -135,24 +92,15 @@ class GenerationRequest(_Strict):
     @field_validator("stop")
     @classmethod
     def _stop_strings(cls, stop: Any) -> list[str]:
-        stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
-        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-            raise ValueError("stop must be a string or a list of strings")
-        if len(stops) > MAX_STOP_STRINGS:
-            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings are allowed")
-        if any(not s for s in stops):
-            raise ValueError("stop strings must not be empty")
-        return stops
+        return stop_list(stop)
 
     @field_validator("logit_bias")
     @classmethod
     def _bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
-        low, high = BIAS_RANGE
-        for key, value in (bias or {}).items():
+        for key in bias or {}:
             if not key.isdigit():
                 raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
-            if not low <= value <= high:
-                raise ValueError(f"logit_bias values must be in [{low:g}, {high:g}], got {value}")
+        check_bias({int(k): v for k, v in (bias or {}).items()})
         return bias
 
     @model_validator(mode="after")
@@ -182,17 +130,18 @@ class GenerationRequest(_Strict):
 
     @property
     def penalties(self) -> Penalties:
-        return Penalties(self.presence_penalty, self.frequency_penalty, self.repetition_penalty,
+        return Penalties(self.presence_penalty, self.frequency_penalty,
+                         self.repeat_penalty_over(self.repetition_penalty),
                          tuple((int(k), v) for k, v in (self.logit_bias or {}).items()))
 
     @property
     def token_limit(self) -> int | None:
-        return self.max_tokens
+        return self.max_tokens if self.max_tokens is not None else self.n_predict_limit
 
     @property
     def token_logprobs(self) -> int | None:
         """Alternatives reported beside each generated token's log-probability (None: off)."""
-        return None
+        return self.n_probs or None
 
     @property
     def prompt_logprobs(self) -> int | None:
@@ -241,7 +190,7 @@ class CompletionRequest(GenerationRequest):
 
     @property
     def token_logprobs(self) -> int | None:
-        return self.logprobs
+        return self.logprobs if self.logprobs is not None else self.n_probs or None
 
     @property
     def prompt_logprobs(self) -> int | None:
@@ -252,18 +201,18 @@ class CompletionRequest(GenerationRequest):
         return self.logprobs
 
 
-class FunctionCall(_Strict):
+class FunctionCall(Strict):
     name: str
     arguments: str  # JSON text
 
 
-class ToolCallMessage(_Strict):
+class ToolCallMessage(Strict):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class ChatMessage(_Strict):
+class ChatMessage(Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Any = ""  # a string, or a list of {"type": "text", "text": ...} parts
     tool_calls: list[ToolCallMessage] | None = None  # an assistant's earlier calls
@@ -281,17 +230,17 @@ class ChatMessage(_Strict):
     @field_validator("content")
     @classmethod
     def _text_only(cls, content: Any) -> str:
-        return "" if content is None else _text(content)
+        return "" if content is None else text_content(content)
 
 
-class FunctionDefinition(_Strict):
+class FunctionDefinition(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     description: str | None = None
     parameters: dict[str, Any] | None = None  # a JSON schema of the arguments
     strict: bool | None = None  # calls constrained by the grammar are always valid
 
 
-class Tool(_Strict):
+class Tool(Strict):
     type: Literal["function"]
     function: FunctionDefinition
 
@@ -330,7 +279,9 @@ class ChatCompletionRequest(GenerationRequest):
 
     @property
     def token_logprobs(self) -> int | None:
-        return (self.top_logprobs or 0) if self.logprobs else None
+        if self.logprobs:
+            return self.top_logprobs or 0
+        return self.n_probs or None
 
     @property
     def tools_in_prompt(self) -> list[dict] | None:
@@ -352,62 +303,12 @@ class ChatCompletionRequest(GenerationRequest):
     def token_limit(self) -> int | None:
         if self.max_completion_tokens is not None:
             return self.max_completion_tokens
-        return self.max_tokens
+        return super().token_limit
 
 
-class InfillFile(BaseModel):
-    """One file of `/infill`'s input_extra (its `time`, which the editors send in two shapes, and
-    any other key are context the server does not need)."""
+class ConversationRequest(Strict):
+    """llama.cpp's `/apply-template`: a chat request's conversation and tools, templated only."""
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[Tool] | None = None
 
-    text: str
-    filename: str = "tmp"  # llama.cpp's name for a file sent without one
-
-
-class InfillRequest(_Strict):
-    """llama.cpp's `/infill` body, as its editor plugins (llama.vscode, llama.vim) send it: the
-    code before the cursor (`input_prefix`, then `prompt`: the cursor's line up to the cursor),
-    after it (`input_suffix`) and other files (`input_extra`). Greedy unless `temperature` > 0
-    (llama.cpp's own `infill` sampler is not reproduced: the middle ends where the model writes
-    its end, as llama.cpp ends it, or by `n_indent`)."""
-
-    input_prefix: str = ""
-    input_suffix: str = ""
-    input_extra: list[InfillFile] = Field(default_factory=list)
-    prompt: str = ""
-    n_predict: int = Field(-1, ge=-1)  # -1: until the middle ends (or the context is full)
-    max_tokens: int | None = Field(None, ge=0)  # llama.cpp's alias of n_predict
-    n_indent: int = Field(0, ge=0)  # after the first line, a line indented less ends the middle
-    t_max_predict_ms: Number = -1.0  # past this, a new line ends the middle (<= 0: no limit)
-    temperature: Number = Field(0.0, ge=0)
-    top_k: int = Field(0, ge=0)
-    top_p: Number = Field(1.0, gt=0, le=1)
-    min_p: Number = Field(0.0, ge=0, le=1)
-    seed: int | None = Field(None, ge=-1, le=SEED_MAX)  # -1: a random seed, as llama.cpp reads it
-    stop: list[str] = Field(default_factory=list, max_length=MAX_STOP_STRINGS)
-    stream: bool = False
-    n_cmpl: int = Field(1, ge=1)  # completions to return (llama.vscode asks for 3)
-    response_fields: list[str] | None = None  # paths ("timings/prompt_n") of a flat answer
-    model: str | None = None  # "" (llama.vim's default) names no model
-    speculative: SpeculativeOptions | None = None
-    # llama.cpp's own, sent by its plugins, with no meaning here: one request per slot (no
-    # slots), its prompt cache (prompts are read anew), its sampler order, a prompt time limit
-    # llama.cpp does not implement either, adapters
-    id_slot: int | None = None
-    cache_prompt: bool | None = None
-    samplers: list[str] | str | None = None
-    t_max_prompt_ms: Number | None = None
-    lora: list[Any] | None = None
-
-    @field_validator("lora")
-    @classmethod
-    def _no_adapters(cls, lora: list[Any] | None) -> list[Any] | None:
-        if lora:
-            raise ValueError("lora adapters are not supported by this server")
-        return lora
-
-    @property
-    def token_limit(self) -> int | None:
-        limit = self.max_tokens if self.max_tokens is not None else self.n_predict
-        return None if limit < 0 else limit

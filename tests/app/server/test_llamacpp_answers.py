@@ -1,9 +1,9 @@
-"""llama.cpp's infill rules for where a middle ends (`infill.MiddleEnd`) and its answer's
-`response_fields`."""
+"""llama.cpp's rules for where an answer ends (`llamacpp_answers.MiddleEnd`): /infill's middles
+and /completion's answers."""
 
 from __future__ import annotations
 
-from specdecode.app.server.infill import MiddleEnd, fields
+from specdecode.app.server.llamacpp_answers import MiddleEnd
 
 
 def feed(end: MiddleEnd, parts: list[str]) -> list[str]:
@@ -35,10 +35,3 @@ def test_a_time_limit_ends_the_middle_at_the_next_new_line():
     now[0] = 0.5
     assert end.push("de\nfg\nh") == "de\n" and end.ended
     assert end.push("more") == ""
-
-
-def test_response_fields_flatten_the_paths_asked_and_skip_the_missing():
-    answer = {"content": "x", "timings": {"prompt_n": 3}, "truncated": False}
-    assert fields(answer, ["content", "timings/prompt_n", "timings/nope", ""]) == {
-        "content": "x", "timings/prompt_n": 3}
-    assert fields(answer, None) is answer

@@ -1,0 +1,185 @@
+"""llama.cpp's own routes (`/completion`, `/tokenize`, `/detokenize`, `/apply-template`, `/props`)
+and its extension fields on OpenAI's routes, as llama.cpp's clients send them: greedy answers are
+the library's plain decoding of the same prompt ids, whole and streamed, speculative or not;
+fields the engine cannot honour are refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from server_helpers import assert_openai_error, running
+
+from specdecode.app.server import create_app
+from specdecode.pipeline import SpecDecoder
+
+PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
+
+
+@pytest.fixture(scope="module")
+def server(served_model):
+    with running(create_app(served_model, max_queue=64)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+def plain(model, ids: list[int], n: int):
+    return SpecDecoder(model, "ar").generate(ids, max_new_tokens=n, temperature=0.0)
+
+
+def complete(http: httpx.Client, **body) -> dict | list:
+    r = http.post("/completion", json={"temperature": 0, **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize("method", ["ar", "lookup"])
+def test_a_greedy_completion_is_plain_decoding_of_the_prompt(http, reference_model, method):
+    ids = reference_model.tokenize(PROMPT, add_special=True, parse_special=True)
+    ref = plain(reference_model, ids, 12)
+    answer = complete(http, prompt=PROMPT, n_predict=12, return_tokens=True,
+                      speculative={"method": method})
+    assert answer["content"] == ref.text and answer["tokens"] == ref.token_ids
+    assert answer["stop"] is True and answer["stop_type"] == (
+        "eos" if ref.finish_reason == "stop" else "limit")
+    timings = answer["timings"]
+    assert timings["prompt_n"] + timings["cache_n"] == len(ids) == answer["tokens_evaluated"]
+    assert timings["predicted_n"] == len(ref.token_ids) == answer["tokens_predicted"]
+    assert answer["generation_settings"]["n_predict"] == 12
+    assert answer["speculative"]["method"] == method
+    assert complete(http, prompt=PROMPT, n_predict=12)["tokens"] == []  # only when asked
+
+
+def test_a_streamed_completion_sends_the_whole_answers_text_then_its_summary(http):
+    whole = complete(http, prompt=PROMPT, n_predict=10)
+    with http.stream("POST", "/completion", json={"prompt": PROMPT, "n_predict": 10,
+                                                  "temperature": 0, "stream": True}) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line]
+    assert all(line.startswith("data: {") for line in lines)  # no [DONE]: llama.cpp sends none
+    events = [json.loads(line[6:]) for line in lines]
+    assert [e["stop"] for e in events] == [False] * (len(events) - 1) + [True]
+    assert all(e["tokens"] and all(type(t) is int for t in e["tokens"]) for e in events[:-1])
+    assert "".join(e["content"] for e in events) == whole["content"]
+    assert events[-1]["timings"]["predicted_n"] == whole["timings"]["predicted_n"]
+
+
+def test_prompts_as_tokens_mixed_or_objects_answer_as_the_same_text(http, reference_model):
+    ids = reference_model.tokenize(PROMPT, add_special=True, parse_special=True)
+    text = complete(http, prompt=PROMPT, n_predict=6)["content"]
+    assert complete(http, prompt=ids, n_predict=6)["content"] == text
+    assert complete(http, prompt={"prompt_string": PROMPT}, n_predict=6)["content"] == text
+    half = PROMPT.index(" jumps")
+    mixed = reference_model.tokenize(PROMPT[:half], add_special=True, parse_special=True)
+    assert complete(http, prompt=[*mixed, PROMPT[half:]], n_predict=6)["content"] == (
+        complete(http, prompt=mixed + reference_model.tokenize(
+            PROMPT[half:], add_special=False, parse_special=True), n_predict=6)["content"])
+    batch = complete(http, prompt=[ids, PROMPT, {"prompt_string": PROMPT}], n_predict=6)
+    assert isinstance(batch, list) and [a["content"] for a in batch] == [text] * 3
+    assert [a["index"] for a in batch] == [0, 1, 2]
+
+
+def test_n_probs_gives_each_tokens_probability_and_its_alternatives(http):
+    answer = complete(http, prompt=PROMPT, n_predict=5, n_probs=3, return_tokens=True)
+    probs = answer["completion_probabilities"]
+    assert [p["id"] for p in probs] == answer["tokens"]
+    for p in probs:
+        assert p["logprob"] <= 0 and len(p["top_logprobs"]) == 3
+        assert p["top_logprobs"][0]["id"] == p["id"]  # greedy: the most likely one
+        assert bytes(p["bytes"]).decode("utf-8", "replace") == p["token"]
+
+
+def test_a_logit_bias_of_false_bans_the_tokens_of_a_text(http, reference_model):
+    first = complete(http, prompt=PROMPT, n_predict=1, return_tokens=True)["tokens"][0]
+    word = reference_model.decode([first])
+    for bias in ([[word, False]], {word: -100}, [[first, False]], {str(first): -100}):
+        answer = complete(http, prompt=PROMPT, n_predict=3, return_tokens=True, logit_bias=bias)
+        assert first not in answer["tokens"], bias
+
+
+def test_n_predict_zero_reads_nothing_and_answers_at_once(http):
+    answer = complete(http, prompt=PROMPT, n_predict=0)
+    assert answer["content"] == "" and answer["tokens_predicted"] == 0
+
+
+def test_tokenize_and_detokenize_round_trip_with_pieces_and_special_tokens(http, reference_model):
+    r = http.post("/tokenize", json={"content": PROMPT}).json()
+    assert r["tokens"] == reference_model.tokenize(PROMPT, add_special=False, parse_special=True)
+    assert http.post("/detokenize", json=r).json()["content"] == PROMPT
+    pieces = http.post("/tokenize", json={"content": "héllo", "with_pieces": True}).json()
+    assert "".join(p["piece"] if isinstance(p["piece"], str) else bytes(p["piece"]).decode(
+        "latin-1") for p in pieces["tokens"]) in ("héllo", "héllo".encode().decode("latin-1"))
+    eos = reference_model.tokenizer.eos_token
+    special = http.post("/tokenize", json={"content": eos}).json()["tokens"]
+    literal = http.post("/tokenize", json={"content": eos, "parse_special": False}).json()
+    assert len(special) == 1 and len(literal["tokens"]) > 1
+    assert http.post("/detokenize", json={"tokens": special}).json()["content"] == eos
+    assert_openai_error(http.post("/detokenize", json={"tokens": [10**9]}), 400)
+
+
+def test_apply_template_gives_the_chat_templates_prompt(http, reference_model):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    r = http.post("/apply-template", json={"messages": messages})
+    assert r.status_code == 200, r.text
+    assert r.json()["prompt"] == reference_model.chat_text(messages)
+
+
+def test_props_report_the_model_its_context_and_the_completion_defaults(http, served_model):
+    props = http.get("/props").json()
+    settings = props["default_generation_settings"]
+    assert settings["n_ctx"] == served_model.context_length
+    assert settings["params"]["temperature"] == 0.8 and settings["params"]["top_k"] == 40
+    assert props["chat_template"] == served_model.tokenizer.chat_template
+    assert props["modalities"] == {"vision": False, "audio": False}
+
+
+@pytest.mark.parametrize("field,value", [
+    ("mirostat", 2), ("typical_p", 0.5), ("post_sampling_probs", True), ("ignore_eos", True),
+    ("dry_multiplyer", 0.0), ("lora", [{"id": 0, "scale": 1.0}]),
+    ("repeat_penalty", 1.1),  # llama.cpp's window of the last 64 tokens
+])
+def test_a_field_the_engine_cannot_honour_is_refused_by_name(http, field, value):
+    r = http.post("/completion", json={"prompt": PROMPT, "n_predict": 2, field: value})
+    assert field in assert_openai_error(r, 400)["message"] + str(
+        r.json()["error"]["param"])
+
+
+def test_samplers_at_their_off_values_and_pure_hints_are_accepted(http):
+    base = complete(http, prompt=PROMPT, n_predict=4)["content"]
+    off = complete(http, prompt=PROMPT, n_predict=4, mirostat=0, typical_p=1.0, dry_multiplier=0,
+                   xtc_probability=0.0, dynatemp_range=0.0, mirostat_tau=5.0, cache_prompt=True,
+                   id_slot=-1, timings_per_token=True, samplers=["top_k", "temperature"])
+    assert off["content"] == base
+    multimodal = http.post("/completion", json={
+        "prompt": {"prompt_string": "x", "multimodal_data": ["AAAA"]}})
+    assert "multimodal" in assert_openai_error(multimodal, 400)["message"]
+
+
+def test_openai_routes_honour_llamacpps_limit_penalty_and_n_probs(http):
+    ask = {"prompt": PROMPT, "temperature": 0}
+    r = http.post("/v1/completions", json={**ask, "n_predict": 5, "cache_prompt": True,
+                                           "id_slot": 0, "timings_per_token": False})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] <= 5
+    assert r.json()["choices"][0]["text"] == http.post(
+        "/v1/completions", json={**ask, "max_tokens": 5}).json()["choices"][0]["text"]
+    llama = http.post("/v1/completions", json={**ask, "max_tokens": 8, "repeat_penalty": 1.3,
+                                               "repeat_last_n": -1}).json()
+    vllm = http.post("/v1/completions", json={**ask, "max_tokens": 8,
+                                              "repetition_penalty": 1.3}).json()
+    assert llama["choices"][0]["text"] == vllm["choices"][0]["text"]
+    r = http.post("/v1/completions", json={**ask, "max_tokens": 3, "n_probs": 2})
+    assert len(r.json()["choices"][0]["logprobs"]["top_logprobs"][0]) >= 2
+    r = http.post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "Hi"}], "n_predict": 3, "n_probs": 2,
+        "temperature": 0})
+    content = r.json()["choices"][0]["logprobs"]["content"]
+    assert len(content) <= 3 and all(len(c["top_logprobs"]) == 2 for c in content)
+    r = http.post("/v1/completions", json={**ask, "max_tokens": 3, "repeat_penalty": 1.3})
+    assert "repeat_last_n" in assert_openai_error(r, 400)["message"]
