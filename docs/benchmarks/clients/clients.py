@@ -1,17 +1,19 @@
 """What agent and structured-output libraries get from `specdecode serve`, used as their users use
 them: LangChain's `with_structured_output` (json_schema, function_calling, json_mode)
-and `bind_tools` (whole and streamed), instructor's four OpenAI modes, and the OpenAI Agents SDK
-(a tool-using agent, whole and streamed, and a typed output), and LiteLLM's `completion` (text,
-streamed with usage, tools, a pydantic response format, a prediction). Greedy, one address and one
-weather question. The libraries live in their own venv (they pin their own `openai`):
+and `bind_tools` (whole and streamed), instructor's four OpenAI modes, the OpenAI Agents SDK
+(a tool-using agent, whole and streamed, and a typed output) over chat completions and over its
+default, the Responses API, LiteLLM's `completion` (text, streamed with usage, tools, a pydantic
+response format, a prediction), and the `anthropic` SDK (`messages.create`, `messages.stream`, a
+tool-use round trip). Greedy, one address and one weather question. The libraries live in their
+own venv (they pin their own `openai`):
 
     python -m venv /tmp/clients
     /tmp/clients/bin/pip install openai-agents==0.24.0 instructor==1.17.0 langchain-openai==1.7.4 \
-        litellm==1.110.2
+        litellm==1.110.2 anthropic==2.17.0
     specdecode serve --model qwen2.5-coder-1.5b --port 8811 &
     /tmp/clients/bin/python docs/benchmarks/clients/clients.py http://127.0.0.1:8811/v1 [LIBRARY...]
 
-(LIBRARY: the first word of a section's name, e.g. LiteLLM; default all.) The Vercel AI SDK, in
+(LIBRARY: the first word of a section's name, e.g. LiteLLM or anthropic; default all.) The Vercel AI SDK, in
 JavaScript, is `ai_sdk.mjs` beside this file.
 """
 
@@ -85,14 +87,16 @@ def instructor_modes(model: str) -> dict:
     return out
 
 
-def agents_sdk(model: str) -> dict:
-    from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, Runner,
-                        function_tool, set_tracing_disabled)
+def agents_sdk(model: str, responses: bool = False) -> dict:
+    from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel,
+                        Runner, function_tool, set_tracing_disabled)
     from openai import AsyncOpenAI
 
     set_tracing_disabled(True)
-    chat = OpenAIChatCompletionsModel(model=model, openai_client=AsyncOpenAI(base_url=BASE,
-                                                                             api_key="x"))
+    client = AsyncOpenAI(base_url=BASE, api_key="x")
+    # the SDK's default model class is OpenAIResponsesModel; chat completions are the other
+    chat = (OpenAIResponsesModel if responses else OpenAIChatCompletionsModel)(
+        model=model, openai_client=client)
 
     @function_tool
     def get_weather(city: str) -> str:
@@ -111,11 +115,50 @@ def agents_sdk(model: str) -> dict:
             pass
         return run.final_output
 
-    return {"tool agent": _outcome(lambda: Runner.run_sync(agent, WEATHER,
-                                                           max_turns=3).final_output),
+    def whole():
+        result = Runner.run_sync(agent, WEATHER, max_turns=3)
+        return [type(item).__name__ for item in result.new_items], result.final_output
+
+    return {"tool agent": _outcome(whole),
             "tool agent, streamed": _outcome(lambda: asyncio.run(streamed())),
             "typed output": _outcome(lambda: Runner.run_sync(typed, ADDRESS,
                                                              max_turns=2).final_output)}
+
+
+def agents_sdk_responses(model: str) -> dict:
+    return agents_sdk(model, responses=True)
+
+
+def anthropic_sdk(model: str) -> dict:
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=BASE.removesuffix("/v1"), api_key="x")
+    ask = dict(model=model, max_tokens=64, temperature=0)
+    question = [{"role": "user", "content": WEATHER}]
+    weather = {"name": "get_weather", "description": "Get the weather in a city.",
+               "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                                "required": ["city"]}}
+
+    def streamed():
+        with client.messages.stream(messages=question, **ask) as stream:
+            text = "".join(stream.text_stream)
+            return text, stream.get_final_message().stop_reason
+
+    def round_trip():
+        first = client.messages.create(messages=question, tools=[weather],
+                                       tool_choice={"type": "any"}, **ask)
+        call = next(b for b in first.content if b.type == "tool_use")
+        turns = [*question, {"role": "assistant", "content": first.content},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
+                                               "content": "It is sunny in Paris."}]}]
+        answer = client.messages.create(messages=turns, tools=[weather], **ask)
+        return (call.name, call.input), [b.model_dump(include={"type", "text", "name", "input"})
+                                         for b in answer.content], answer.stop_reason
+
+    return {"messages.create": _outcome(lambda: client.messages.create(
+                messages=question, **ask).content[0].text),
+            "messages.stream": _outcome(streamed),
+            "tool-use round trip": _outcome(round_trip)}
 
 
 def litellm_checks(model: str) -> dict:
@@ -166,7 +209,8 @@ def main() -> None:
     for name, check in (("LangChain with_structured_output", langchain_structured),
                         ("LangChain bind_tools", langchain_tools),
                         ("instructor", instructor_modes), ("OpenAI Agents SDK", agents_sdk),
-                        ("LiteLLM", litellm_checks)):
+                        ("OpenAI Agents SDK (Responses API)", agents_sdk_responses),
+                        ("LiteLLM", litellm_checks), ("anthropic SDK", anthropic_sdk)):
         if wanted and name.split()[0] not in wanted:
             continue
         for case, result in check(model).items():
