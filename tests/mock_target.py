@@ -26,6 +26,10 @@ class MockCache:
         assert 0 <= length <= self.length, (length, self.length)
         self.length = length
 
+    @property
+    def nbytes(self) -> int:
+        return self.keys.nbytes
+
     def copy(self) -> "MockCache":
         out = MockCache(1, 1, 1)
         out.keys, out.length = self.keys.clone(), self.length

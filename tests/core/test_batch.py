@@ -195,7 +195,7 @@ def test_a_fork_of_a_prompt_kept_whole_shares_its_cache_and_each_equals_its_seed
     prompt = [3, 1, 4, 1, 5, 9, 2, 6] * 4
     configs = [GenerationConfig(12, SamplingParams(0.8), seed=s) for s in (1, 2, 3)]
     alone = [generate(t, NoDrafter(), prompt, c, None) for c in configs]
-    batch = Batch(t, prefixes=PrefixCache(1000))
+    batch = Batch(t, prefixes=PrefixCache(1 << 30))
     batch.join(Request(prompt, configs[0], NoDrafter(), None))
     while len(batch):
         batch.step()

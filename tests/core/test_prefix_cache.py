@@ -22,6 +22,7 @@ class _Cache:
     def __init__(self, tokens: list[int]) -> None:
         self.tokens = list(tokens)
         self.length = len(tokens)
+        self.nbytes = len(tokens)  # a byte a position, so the bound reads as positions
 
     def copy(self) -> "_Cache":
         return _Cache(self.tokens[: self.length])
@@ -104,7 +105,7 @@ def test_a_kept_prefix_and_a_prefill_of_the_rest_make_a_whole_prefills_cache(nat
     vocab = native.target.vocab_size
     first = _prompt(0, 70, vocab)
     second = first[:50] + _prompt(1, 40, vocab)  # shares 50 tokens, not on a chunk boundary
-    batch = Batch(native.target, prefixes=PrefixCache(1000))
+    batch = Batch(native.target, prefixes=PrefixCache(1 << 30))
     _prefilled(batch, first)
     seq, kept = _prefilled(batch, second)
     _, whole = _prefilled(Batch(native.target), second)
@@ -133,7 +134,7 @@ def _conversation(target, drafter_limit, prefixes: PrefixCache | None, vocab: in
                          ids=["plain", "lookup"])
 def test_a_conversations_answers_are_the_same_with_kept_prefixes(native, drafter_limit):
     vocab = native.target.vocab_size
-    kept = _conversation(native.target, drafter_limit, PrefixCache(1000), vocab)
+    kept = _conversation(native.target, drafter_limit, PrefixCache(1 << 30), vocab)
     fresh = _conversation(native.target, drafter_limit, None, vocab)
     assert [ids for ids, _ in kept] == [ids for ids, _ in fresh]
     assert [cached for _, cached in fresh] == [0, 0, 0, 0]
@@ -144,7 +145,7 @@ def test_a_conversations_answers_are_the_same_with_kept_prefixes(native, drafter
 def test_a_request_for_prompt_logprobs_reads_its_whole_prompt(native):
     vocab = native.target.vocab_size
     prompt = _prompt(3, 30, vocab)
-    batch = Batch(native.target, prefixes=PrefixCache(1000))
+    batch = Batch(native.target, prefixes=PrefixCache(1 << 30))
     _prefilled(batch, prompt)
     seq, _ = _prefilled(batch, prompt + [5], prompt_logprobs=0)
     assert seq.stats.cached_prompt_tokens == 0 and len(seq.prompt_logprobs) == len(prompt) + 1

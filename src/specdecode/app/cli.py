@@ -280,11 +280,19 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
                    help="larger request bodies get 413 before they are read (default 4 MiB)")
     v.add_argument("--max-queue", type=int, default=16,
                    help="requests that may wait for the engine; more get 503 (default 16)")
-    v.add_argument("--prefix-cache-tokens", type=int, default=16384, metavar="N",
-                   help="keep the caches of up to N prompt positions, so that a prompt that "
-                        "starts like a kept one (a conversation's next turn, a shared system "
+    v.add_argument("--prompt-cache", default="25%", metavar="SIZE",
+                   help="memory for the caches of prompts already read, so that a prompt that "
+                        "starts like a kept one (a conversation's next turn, an agent's system "
                         "prompt) copies that part instead of reading it again; exact (greedy "
-                        "output unchanged), on the native backend only (default 16384; 0: off)")
+                        "output unchanged), native backend only; a size (4G, 512M) or a share "
+                        "of the memory available at start (default 25%%; 0: off)")
+    v.add_argument("--prompt-cache-dir", metavar="DIR",
+                   help="also save every kept prompt's cache in DIR (keyed by the model file, "
+                        "its formats and the kernel path; checked when read), so the next "
+                        "server started on the same model reads a known prompt from disk")
+    v.add_argument("--prompt-cache-disk", default="16G", metavar="SIZE",
+                   help="disk for --prompt-cache-dir, least recently used deleted first "
+                        "(default 16G)")
     v.add_argument("--request-timeout", type=float, default=300.0,
                    help="seconds a request may take, queueing included (default 300)")
     v.add_argument("--shutdown-grace", type=float, default=10.0,

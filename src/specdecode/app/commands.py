@@ -15,7 +15,7 @@ from ..core.sequence import GenerationConfig
 from ..errors import InvalidParameterError, SpecDecodeError
 from ..pipeline import SpecDecoder
 from ..spec import resolve
-from .options import check_args, load, print_json, resolve_args
+from .options import check_args, load, parse_size, print_json, resolve_args
 
 
 def _read_prompt(args: argparse.Namespace) -> str:
@@ -222,9 +222,8 @@ def check_serve_args(args: argparse.Namespace) -> None:
         raise InvalidParameterError(f"--request-timeout must be > 0, got {args.request_timeout}")
     if not args.shutdown_grace >= 0:
         raise InvalidParameterError(f"--shutdown-grace must be >= 0, got {args.shutdown_grace}")
-    if args.prefix_cache_tokens < 0:
-        raise InvalidParameterError(f"--prefix-cache-tokens must be >= 0, got "
-                                    f"{args.prefix_cache_tokens}")
+    parse_size(args.prompt_cache, "--prompt-cache")
+    parse_size(args.prompt_cache_disk, "--prompt-cache-disk")
     if not 0 <= args.port <= 65535:
         raise InvalidParameterError(f"--port must be in 0..65535, got {args.port}")
     check_args(args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from ..drafters import option_fields
@@ -76,6 +77,41 @@ def positive_ints(text: str, flag: str) -> list[int]:
     if not values or values[0] < 1:
         raise InvalidParameterError(f"{flag} values must be >= 1, got {text!r}")
     return values
+
+
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation (Linux's MemAvailable; else free pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def parse_size(text: str, flag: str) -> int:
+    """'512M', '4G', '1.5G', '1000' (bytes) or '25%' (of the memory available now) -> bytes; a
+    one-line error naming `flag` for anything else."""
+    value = text.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        if value.endswith("%"):
+            share = float(value[:-1])
+            if not 0 <= share <= 100:
+                raise ValueError
+            return int(available_memory() * share / 100)
+        unit = value[-1:] if value[-1:] in SIZE_UNITS and value[-1:] else ""
+        number = float(value[: len(value) - len(unit)])
+        if number < 0:
+            raise ValueError
+        return int(number * SIZE_UNITS[unit])
+    except ValueError:
+        raise InvalidParameterError(f"{flag} takes a size such as 512M, 4G or 25% (of the "
+                                    f"available memory), got {text!r}") from None
 
 
 def print_json(obj) -> None:

@@ -44,6 +44,21 @@ class KVCache(Protocol):
         ...
 
 
+class SavableCache(KVCache, Protocol):
+    """The caches of a row-invariant target (`Target.row_invariant`), which the prefix cache
+    keeps (`core.prefix_cache`): sized, saved and restored."""
+
+    nbytes: int  # the memory its tensors hold
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Its entries as named tensors (for a file)."""
+        ...
+
+    def restore(self, state: dict[str, torch.Tensor]) -> None:
+        """Hold the entries of `state` (another cache's, of the same target) instead."""
+        ...
+
+
 @runtime_checkable
 class Target(Protocol):
     vocab_size: int

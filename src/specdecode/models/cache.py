@@ -80,12 +80,40 @@ class StaticKVCache:
         self.rollback(kept)
 
     def copy(self) -> "StaticKVCache":
-        out = StaticKVCache(*self.shape, self.capacity, self.max_capacity, self.dtype, self.device)
+        """A copy sized to the entries (a kept prompt's holds no room it will not use; a copy
+        that decodes on grows as any cache does)."""
+        out = StaticKVCache(*self.shape, max(self.length, 1), self.max_capacity, self.dtype,
+                            self.device)
         with torch.inference_mode():  # the forwards' own mode, which wrote these entries
             out.keys[:, :, : self.length] = self.keys[:, :, : self.length]
             out.values[:, :, : self.length] = self.values[:, :, : self.length]
         out.length = self.length
         return out
+
+    @property
+    def nbytes(self) -> int:
+        """The memory its tensors hold."""
+        return self.keys.nbytes + self.values.nbytes
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """Its entries, for saving: keys and values [layers, kv_heads, length, head_dim]."""
+        return {"keys": self.keys[:, :, : self.length], "values": self.values[:, :, : self.length]}
+
+    def restore(self, state: dict[str, torch.Tensor]) -> None:
+        """Hold the entries of `state` (`state()` of a cache of this shape and dtype) instead of
+        its own."""
+        keys, values = state["keys"], state["values"]
+        layers, heads, dim = self.shape
+        if (keys.shape[:2] != (layers, heads) or keys.shape[3] != dim
+                or values.shape != keys.shape or keys.dtype != self.dtype):
+            raise ValueError(f"saved entries {tuple(keys.shape)} {keys.dtype} do not fit a cache "
+                             f"of {self.shape} {self.dtype}")
+        self.length = 0
+        self.reserve(keys.shape[2])
+        with torch.inference_mode():
+            self.keys[:, :, : keys.shape[2]] = keys
+            self.values[:, :, : keys.shape[2]] = values
+        self.length = keys.shape[2]
 
     def rollback(self, length: int) -> None:
         """Forget every entry at position >= length (a rollback never grows the cache: the

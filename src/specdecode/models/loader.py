@@ -88,6 +88,15 @@ class LoadedModel:
         return self.target.describe()
 
     @property
+    def identity(self) -> str:
+        """What a row's numbers depend on besides its tokens: the weights, their formats, the
+        kernel path and the kernels' build. Under one identity a seeded answer is reproducible
+        and a kept prompt's cache is the cache a prefill would make."""
+        kernels = getattr(self.target, "kernels", None)
+        path = getattr(kernels, "name", None) or self.kernels
+        return f"{self.key}|{self.weights}|{path}|{getattr(kernels, 'build_id', '')}"
+
+    @property
     def context_length(self) -> int:
         return self.target.max_length
 

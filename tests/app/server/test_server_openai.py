@@ -186,7 +186,7 @@ def test_health(server):
 
 def test_a_conversations_next_turn_reports_the_prompt_tokens_it_took_from_the_cache(
         served_model, reference_model):
-    with running(create_app(served_model, prefix_cache_tokens=4096)) as srv, \
+    with running(create_app(served_model, prefix_cache_bytes=64 << 20)) as srv, \
             openai.OpenAI(base_url=srv.v1, api_key="x", max_retries=0, timeout=60) as client:
         messages = [{"role": "user", "content": PROMPT}]
         first = client.chat.completions.create(model=served_model.name, messages=messages,
@@ -206,9 +206,26 @@ def test_a_conversations_next_turn_reports_the_prompt_tokens_it_took_from_the_ca
     assert second.choices[0].message.content == ref.text  # what a whole prefill gives
 
 
+def test_a_restarted_server_reads_a_known_prompt_from_the_disk_cache_and_answers_the_same(
+        served_model, tmp_path):
+    ask = dict(model=served_model.name, messages=[{"role": "system", "content": PROMPT * 3},
+                                                  {"role": "user", "content": "Hi"}],
+               max_tokens=8, temperature=0)
+    answers = []
+    for _ in range(2):  # one server, stopped, then another on the same directory
+        with running(create_app(served_model, prefix_cache_bytes=64 << 20,
+                                prompt_cache_dir=str(tmp_path))) as srv, \
+                openai.OpenAI(base_url=srv.v1, api_key="x", max_retries=0, timeout=60) as c:
+            answers.append(c.chat.completions.create(**ask))
+    first, after = answers
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert after.usage.prompt_tokens_details.cached_tokens == after.usage.prompt_tokens - 1
+    assert after.choices[0].message.content == first.choices[0].message.content
+
+
 def test_n_choices_of_a_prompt_asked_before_share_its_kept_cache(served_model):
     # the whole prompt kept from the first request: its choices need no prefill (this was a 500)
-    with running(create_app(served_model, prefix_cache_tokens=4096)) as srv, \
+    with running(create_app(served_model, prefix_cache_bytes=64 << 20)) as srv, \
             openai.OpenAI(base_url=srv.v1, api_key="x", max_retries=0, timeout=60) as client:
         ask = dict(model=served_model.name, messages=[{"role": "user", "content": PROMPT}],
                    max_tokens=8, temperature=0.9, seed=7, n=2)

@@ -23,7 +23,7 @@ QUESTION = "Tell me a story about a fox."
 
 @pytest.fixture(scope="module")
 def server(served_model):
-    with running(create_app(served_model, max_queue=16, prefix_cache_tokens=4096)) as srv:
+    with running(create_app(served_model, max_queue=16, prefix_cache_bytes=64 << 20)) as srv:
         yield srv
 
 

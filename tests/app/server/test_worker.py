@@ -17,8 +17,7 @@ def test_stop_ends_the_drains_timer_so_no_thread_outlives_the_server(served_mode
 
     before = set(threading.enumerate())
     engine = EngineWorker(DecoderCache(SpecDecoder(served_model, "ar"), {}), ServerMetrics(),
-                          max_queue=4, max_batch=2, speculation="adaptive",
-                          prefix_cache_tokens=0)
+                          max_queue=4, max_batch=2, speculation="adaptive")
     engine.drain(grace=60.0)
     engine.stop()
     assert [t for t in threading.enumerate() if t not in before and t.is_alive()] == []

@@ -5,7 +5,7 @@
 # /tmp/cc_out.txt, /tmp/cc_err.txt, /tmp/cc_server.log and /tmp/cc_metrics.txt.
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 .venv/bin/specdecode serve --model qwen2.5-coder-1.5b --port 8811 --request-timeout 1500 \
-  --prefix-cache-tokens 65536 > /tmp/cc_server.log 2>&1 &
+  --prompt-cache 4G > /tmp/cc_server.log 2>&1 &
 SERVER=$!
 for i in $(seq 1 300); do curl -sf http://127.0.0.1:8811/health >/dev/null && break; sleep 1; done
 echo "server up after ${i}s"

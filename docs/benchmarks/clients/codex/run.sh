@@ -15,7 +15,7 @@ base_url = "http://127.0.0.1:8811/v1"
 wire_api = "responses"
 TOML
 .venv/bin/specdecode serve --model qwen2.5-coder-1.5b --port 8811 --request-timeout 1500 \
-  --prefix-cache-tokens 65536 > /tmp/codex_server.log 2>&1 &
+  --prompt-cache 4G > /tmp/codex_server.log 2>&1 &
 SERVER=$!
 for i in $(seq 1 300); do curl -sf http://127.0.0.1:8811/health >/dev/null && break; sleep 1; done
 echo "server up after ${i}s"

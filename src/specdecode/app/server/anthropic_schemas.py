@@ -6,7 +6,7 @@ Honoured: `output_config.format` (a JSON schema the answer follows, through the 
 `temperature`, `top_p` and `top_k` (which older clients send; the default is Anthropic's
 temperature 1). Accepted and not needed: `metadata` (a user id for abuse tracking),
 `cache_control` on the request, its blocks and tools (every prompt's cache is kept anyway,
-`--prefix-cache-tokens`), `thinking`, `output_config.effort` and `context_management` (the
+`--prompt-cache`), `thinking`, `output_config.effort` and `context_management` (the
 served models do not reason: no thinking blocks are written, none to clear), `speed` and `service_tier` (one server, one speed: its
 speculation). Refused by name, as every unknown field: `container`, `inference_geo`,
 `diagnostics`, `user_profile_id`, `workspace_id`, `mcp_servers` and the like.

@@ -20,6 +20,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from ...core.engine import Speculation
+from ...core.prefix_cache import PrefixCache
+from ...core.prompt_store import DEFAULT_DISK_BYTES, PromptStore
 from ...errors import InvalidParameterError
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
@@ -35,15 +37,18 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
                max_queue: int = 16, max_batch: int = 8, speculation: Speculation = "adaptive",
                request_timeout: float = 300.0, model_id: str | None = None,
                api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               prefix_cache_tokens: int = 0, cors_origins: tuple[str, ...] = ()) -> FastAPI:
+               prefix_cache_bytes: int = 0, prompt_cache_dir: str | None = None,
+               prompt_cache_disk_bytes: int = DEFAULT_DISK_BYTES,
+               cors_origins: tuple[str, ...] = ()) -> FastAPI:
     """Build the app around one loaded model.
 
     `decoder` serves requests that name no `speculative` method (a bare LoadedModel gets the
     tuned or default method); `options` (drafter options by name) configure the drafters that
     requests ask for by name. Up to `max_batch` requests generate together (`core.batch`), their
     draft rows chosen as `speculation` says; `api_key` (None: open) and `max_body_bytes` guard
-    the routes (`guard.RequestGuard`); up to `prefix_cache_tokens` positions of prompts' caches are
-    kept for prompts that start alike (`core.prefix_cache`; 0: none); browser pages of
+    the routes (`guard.RequestGuard`); up to `prefix_cache_bytes` of prompts' caches are kept for
+    prompts that start alike (`core.prefix_cache`; 0: none), and with `prompt_cache_dir` up to
+    `prompt_cache_disk_bytes` of them on disk for the next process (`core.prompt_store`); browser pages of
     `cors_origins` ("*": any) may call it (CORS; the preflight needs no API key)."""
     options = dict(options or {})
     if isinstance(decoder, LoadedModel):
@@ -51,14 +56,18 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     if request_timeout <= 0:
         raise InvalidParameterError(f"request timeout must be > 0, got {request_timeout}")
     metrics = ServerMetrics()
+    prefixes = prefix_cache(decoder.model, prefix_cache_bytes, prompt_cache_dir,
+                            prompt_cache_disk_bytes)
     worker = EngineWorker(DecoderCache(decoder, options), metrics, max_queue, max_batch,
-                          speculation, prefix_cache_tokens)
+                          speculation, prefixes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         worker.start()
         yield
         await asyncio.to_thread(worker.stop)
+        if prefixes is not None and prefixes.store is not None:
+            await asyncio.to_thread(prefixes.store.close)  # the next process finds every save
         # its thread ends with the server: one that ran the grammar engine and lived on to the
         # interpreter's exit aborted the process there ("terminate called ...")
         state.compiling.shutdown()
@@ -79,6 +88,17 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     for dialect in (openai_api, responses_api, anthropic_api, infill, llamacpp_api):
         app.include_router(dialect.router)
     return app
+
+
+def prefix_cache(model: LoadedModel, max_bytes: int, directory: str | None,
+                 disk_bytes: int) -> PrefixCache | None:
+    """The kept prompts' caches of a server (None: none kept, or a target whose rows depend on
+    the call, which keeps none: `core.prefix_cache`)."""
+    if not max_bytes or not model.target.row_invariant:
+        return None
+    store = (None if directory is None else
+             PromptStore(directory, model.identity, model.target.new_cache, disk_bytes))
+    return PrefixCache(max_bytes, store)
 
 
 def _add_routes(app: FastAPI) -> None:

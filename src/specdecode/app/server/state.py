@@ -44,10 +44,7 @@ class ServerState:
         """OpenAI's `system_fingerprint`: what a seeded answer depends on besides the request
         (the model file, its weight formats, the kernel path and the kernels' build): answers
         under one fingerprint are reproducible (README, what `seed` promises)."""
-        kernels = getattr(self.model.target, "kernels", None)
-        path = getattr(kernels, "name", None) or self.model.kernels
-        key = f"{self.model.name}|{self.model.weights}|{path}|{getattr(kernels, 'build_id', '')}"
-        return "fp_" + hashlib.sha256(key.encode()).hexdigest()[:12]
+        return "fp_" + hashlib.sha256(self.model.identity.encode()).hexdigest()[:12]
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name not in (self.model_id, self.model.name):

@@ -59,11 +59,11 @@ class EngineWorker:
 
     def __init__(self, decoders: DecoderCache, metrics: ServerMetrics, max_queue: int = 16,
                  max_batch: int = 8, speculation: Speculation = "adaptive",
-                 prefix_cache_tokens: int = 0) -> None:
+                 prefixes: PrefixCache | None = None) -> None:
         if max_queue < 1 or max_batch < 1:
             raise ValueError(f"max_queue and max_batch must be >= 1, got {max_queue}, {max_batch}")
         self.decoders, self.metrics = decoders, metrics
-        self.prefix_cache_tokens = prefix_cache_tokens  # 0: none kept
+        self.prefixes = prefixes  # kept prompts' caches (None: none kept); the engine thread's
         self.max_batch, self.speculation = max_batch, speculation
         self._jobs: queue.Queue[Job] = queue.Queue(max_queue)
         self._calls: queue.Queue[tuple[Callable, concurrent.futures.Future]] = queue.Queue()
@@ -182,9 +182,8 @@ class EngineWorker:
     def run(self, until: Callable[[], bool] = lambda: False) -> None:
         """The engine loop, until `stop` (or `until()` is true)."""
         model = self.decoders.default.model
-        prefixes = PrefixCache(self.prefix_cache_tokens) if self.prefix_cache_tokens else None
         batch = Batch(model.target, step_cost(model), model.eos_token_ids, model.decode,
-                      self.speculation, prefixes=prefixes)
+                      self.speculation, prefixes=self.prefixes)
         while not self._stop.is_set() and not until():
             self._run_calls()
             self._admit(batch)
