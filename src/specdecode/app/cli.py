@@ -161,6 +161,11 @@ def _add_bench_modes(b: argparse.ArgumentParser) -> None:
             "8,192-token prompt spends its time (matrix calls by format against the "
             "path's matrix peak, attention, the rest), beside llama.cpp's llama-bench "
             "-p on the same file (`make peers` builds it)")
+    b.add_argument("--ttft", metavar="REQUEST.json",
+                   help="instead of the table: the time to first token of a recorded request "
+                        "(an agent's long prompt: {\"path\": ..., \"body\": ...}) read by "
+                        "`specdecode serve` cold, from its memory, and from --prompt-cache-dir "
+                        "after a restart; the three one-token answers must agree")
     _switch(b, "--floor",
             "instead of the table: the target's weight bytes, its bandwidth floor "
             "(measured memory bandwidth) and arithmetic floor (the kernels' measured "

@@ -143,6 +143,13 @@ def bench(args: argparse.Namespace) -> int:
         model = load(args)
         print(distance_report(args, model))
         return 0
+    if args.ttft:
+        from .bench.ttft import ttft_report
+
+        print(ttft_report(args, ["--model", args.model, "--backend", args.backend, "--dtype",
+                                 args.dtype, *(["--threads", str(args.threads)]
+                                               if args.threads else [])]))
+        return 0
     if args.prefill:
         from .bench.prefill import measure_prefill, peer_rates, prefill_report
 
