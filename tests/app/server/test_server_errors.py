@@ -163,7 +163,7 @@ def test_an_unknown_route_is_named_with_the_routes_served(client):
     error = assert_openai_error(client.post("/v1/embeddings", json={"input": "hi"}), 404)
     assert error["message"].startswith("no route POST /v1/embeddings; this server has ")
     for route in ("POST /v1/chat/completions", "POST /v1/responses", "POST /v1/messages",
-                  "GET /v1/models"):
+                  "GET /v1/models", "POST /completion", "POST /tokenize", "GET /props"):
         assert route in error["message"]
 
 

@@ -101,7 +101,8 @@ def add_error_handlers(app: FastAPI) -> None:
 
 def _no_route(app: FastAPI, request: Request) -> str:
     """A 404's message: the route asked for, and the routes this server has."""
-    prefixes = ("/v1/", "/infill", "/health", "/metrics")
+    prefixes = ("/v1/", "/infill", "/completion", "/tokenize", "/detokenize", "/apply-template",
+                "/props", "/health", "/metrics")
     served = ", ".join(f"{method} {route.path.replace(':path', '')}"
                        for route in _routes(app.routes) if route.path.startswith(prefixes)
                        for method in sorted(getattr(route, "methods", ())))
