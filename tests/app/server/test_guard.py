@@ -37,6 +37,17 @@ def test_requests_without_the_key_get_401_in_openai_shape(client):
     assert_openai_error(client.get("/v1/models"), 401)
 
 
+@pytest.mark.parametrize("method,path", [
+    ("POST", "/completions"), ("POST", "/chat/completions"), ("GET", "/models"),
+    ("POST", "/completion"), ("POST", "/infill"), ("POST", "/tokenize"), ("POST", "/detokenize"),
+    ("POST", "/apply-template"), ("GET", "/props"), ("POST", "/responses"),
+    ("POST", "/v1/messages"), ("GET", "/openapi.json")])
+def test_every_route_but_the_probes_needs_the_key_with_or_without_v1(client, method, path):
+    assert client.request(method, path, json=BODY).status_code == 401
+    for open_path in ("/", "/health", "/metrics"):
+        assert client.get(open_path).status_code == 200
+
+
 def test_a_wrong_key_or_scheme_gets_401(client):
     assert_openai_error(client.post("/v1/completions", json=BODY, headers=auth("sk-other")), 401)
     assert_openai_error(client.post("/v1/completions", json=BODY,

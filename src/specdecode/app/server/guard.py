@@ -1,8 +1,9 @@
 """Who may use the server and how much they may send, checked before a request reaches a route.
 
-- With an API key, every `/v1/` request needs `Authorization: Bearer KEY` (OpenAI's clients) or
-  `x-api-key: KEY` (Anthropic's); otherwise 401 in the error shape of the route's dialect
-  (`/health` and `/metrics` stay open, for probes and scrapers).
+- With an API key, every request needs `Authorization: Bearer KEY` (OpenAI's and llama.cpp's
+  clients) or `x-api-key: KEY` (Anthropic's); otherwise 401 in the error shape of the route's
+  dialect. Open: `/`, `/health` and `/metrics`, for probes and scrapers (every route that can
+  generate, tokenize or describe the model is behind the key, with or without `/v1`).
 - A body over `max_body_bytes` gets 413 before it is parsed: at once from its Content-Length, or
   as soon as a body sent without one (chunked) has grown past it.
 """
@@ -14,7 +15,7 @@ import json
 
 from .errors import body_for
 
-PROTECTED_PREFIX = "/v1/"
+OPEN_PATHS = frozenset({"/", "/health", "/metrics"})
 # far above any prompt a context window holds (a 128k-token prompt is ~0.5 MB of text), far below
 # what would hurt to read and parse
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -32,7 +33,7 @@ class RequestGuard:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         path = scope["path"]
-        if self.api_key and path.startswith(PROTECTED_PREFIX) and not self._authorized(headers):
+        if self.api_key and path not in OPEN_PATHS and not self._authorized(headers):
             await _reply(send, path, 401, "Incorrect API key provided: send it as "
                          "`Authorization: Bearer KEY` or `x-api-key: KEY`", "invalid_api_key",
                          {"www-authenticate": "Bearer"})
