@@ -267,7 +267,9 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
     v.add_argument("--port", type=int, default=8000, help="default 8000")
     v.add_argument("--served-model-name",
                    help="model id reported by /v1/models and accepted in requests "
-                        "(default: --model as given)")
+                        "(default: --model as given); more names requests may give after "
+                        "commas, `*` for any (as llama.cpp's server takes any: agents' "
+                        "configured model names then need no setting)")
     v.add_argument("--max-batch", type=int, default=8,
                    help="requests generating at once, sharing each target forward (default 8, "
                         f"at most {MAX_BATCH}); the rest wait in the queue")

@@ -172,6 +172,18 @@ def test_a_prediction_of_the_answer_leaves_it_unchanged_and_takes_fewer_steps(cl
     assert steps[1] < steps[0], steps
 
 
+def test_more_names_or_any_name_may_be_served_and_answers_name_the_served_id(served_model):
+    ask = dict(prompt="Once", max_tokens=2, temperature=0)
+    with running(create_app(served_model, model_id="mine, claude-x")) as srv, httpx.Client(
+            base_url=srv.v1, timeout=60) as c:
+        assert c.get("/models").json()["data"][0]["id"] == "mine"
+        assert c.post("/completions", json={**ask, "model": "claude-x"}).json()["model"] == "mine"
+        assert c.post("/completions", json={**ask, "model": "gpt-4"}).status_code == 404
+    with running(create_app(served_model, model_id="mine,*")) as srv, httpx.Client(
+            base_url=srv.v1, timeout=60) as c:
+        assert c.post("/completions", json={**ask, "model": "gpt-4"}).json()["model"] == "mine"
+
+
 def test_model_field_may_be_omitted(server):
     r = httpx.post(server.v1 + "/chat/completions", timeout=60,
                    json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})

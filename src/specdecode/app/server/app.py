@@ -43,7 +43,8 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     """Build the app around one loaded model.
 
     `decoder` serves requests that name no `speculative` method (a bare LoadedModel gets the
-    tuned or default method); `options` (drafter options by name) configure the drafters that
+    tuned or default method); `model_id` is the id reported (default: the model's name), and
+    after commas other names requests may give ("*": any); `options` (drafter options by name) configure the drafters that
     requests ask for by name. Up to `max_batch` requests generate together (`core.batch`), their
     draft rows chosen as `speculation` says; `api_key` (None: open) and `max_body_bytes` guard
     the routes (`guard.RequestGuard`); up to `prefix_cache_bytes` of prompts' caches are kept for
@@ -51,8 +52,11 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     `prompt_cache_disk_bytes` of them on disk for the next process (`core.prompt_store`); browser pages of
     `cors_origins` ("*": any) may call it (CORS; the preflight needs no API key)."""
     options = dict(options or {})
+    # the reported id, then other names requests may give ("*": any, as llama.cpp's server takes)
+    names = [n.strip() for n in (model_id or "").split(",") if n.strip()] or [None]
     if isinstance(decoder, LoadedModel):
         decoder = SpecDecoder(decoder, **options)
+    names[0] = names[0] or decoder.model.name
     if request_timeout <= 0:
         raise InvalidParameterError(f"request timeout must be > 0, got {request_timeout}")
     metrics = ServerMetrics()
@@ -75,9 +79,9 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     app = FastAPI(title="specdecode", summary="OpenAI-compatible speculative decoding server",
                   lifespan=lifespan)
     state = app.state.specdecode = ServerState(
-        decoder.model, worker, metrics, model_id or decoder.model.name, request_timeout,
+        decoder.model, worker, metrics, names[0], request_timeout,
         int(time.time()), tools.markers(decoder.model.tokenizer), decoder.model.fim,
-        decoder.grammars.ready())
+        decoder.grammars.ready(), tuple(names[1:]))
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # counts 401 and 413
     if cors_origins:  # outermost: a browser's preflight carries no API key

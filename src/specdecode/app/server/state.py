@@ -36,6 +36,7 @@ class ServerState:
     tool_markers: tuple[str, str] | None  # `tools.markers` of the model (None: no tool calls)
     fim: FimTokens | None  # the model's fill-in-the-middle tokens (None: it has none)
     grammars: GrammarCompiler  # the model's, its tokenizer set up before serving
+    aliases: tuple[str, ...] = ()  # other names requests may give ("*": any name)
     compiling: ThreadPoolExecutor = field(  # where grammars compile, beside the engine thread
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="specdecode-grammar"))
 
@@ -47,7 +48,8 @@ class ServerState:
         return "fp_" + hashlib.sha256(self.model.identity.encode()).hexdigest()[:12]
 
     def check_model(self, name: str | None) -> None:
-        if name is not None and name not in (self.model_id, self.model.name):
+        if name is not None and name not in (self.model_id, self.model.name, *self.aliases) \
+                and "*" not in self.aliases:
             raise APIError(404, f"The model `{name}` does not exist; this server serves "
                                 f"`{self.model_id}`", param="model", code="model_not_found")
 
