@@ -281,8 +281,10 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
                    help="require `Authorization: Bearer KEY` or `x-api-key: KEY` on /v1/ routes "
                         "(default: the SPECDECODE_API_KEY environment variable; unset: open)")
     v.add_argument("--cors-origins", default="", metavar="ORIGINS",
-                   help="comma-separated origins whose browser pages may call the server, or * "
-                        "for any (default: none, so browsers refuse cross-origin calls)")
+                   help="comma-separated origins whose browser pages may call the server, "
+                        "`localhost` for this machine's pages on any port (as llama.cpp's "
+                        "server reads it), or * for any (default: none, so browsers refuse "
+                        "cross-origin calls)")
     v.add_argument("--max-body-bytes", type=int,
                    help="larger request bodies get 413 before they are read (default 4 MiB)")
     v.add_argument("--max-queue", type=int, default=16,

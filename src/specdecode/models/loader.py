@@ -116,7 +116,8 @@ class LoadedModel:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
-    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                    continue_final: bool = False) -> list[int]:
         """Token ids for a conversation ([{"role", "content"}, ...]) ready for the assistant's
         next turn, through the model's chat template (which describes `tools` when given; the
         template writes the special tokens, so the tokenizer adds none); a model without a chat
@@ -124,14 +125,20 @@ class LoadedModel:
         InvalidParameterError."""
         if not self.has_chat_template:
             return self.tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"]
-        return self.tokenizer(self.chat_text(messages, tools), add_special_tokens=False)["input_ids"]
+        return self.tokenizer(self.chat_text(messages, tools, continue_final),
+                              add_special_tokens=False)["input_ids"]
 
-    def chat_text(self, messages: list[dict], tools: list[dict] | None = None) -> str:
-        """The chat template's text of a conversation ready for the assistant's next turn."""
+    def chat_text(self, messages: list[dict], tools: list[dict] | None = None,
+                  continue_final: bool = False, generation_prompt: bool = True) -> str:
+        """The chat template's text of a conversation ready for the assistant's next turn (without
+        `generation_prompt`: the conversation alone); with `continue_final`, ready to continue
+        its last message, an assistant's answer begun by the client."""
         try:
-            return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
-                                                      add_generation_prompt=True)
-        except jinja2.TemplateError as exc:
+            return self.tokenizer.apply_chat_template(
+                messages, tools=tools, tokenize=False,
+                add_generation_prompt=generation_prompt and not continue_final,
+                continue_final_message=continue_final)
+        except (jinja2.TemplateError, ValueError) as exc:  # ValueError: nothing to continue
             raise InvalidParameterError(f"the chat template rejected the messages: {exc}") from exc
 
     def decode(self, ids: list[int]) -> str:

@@ -118,3 +118,15 @@ def test_without_cors_origins_no_page_is_let_in(client):
     assert pre.status_code in (401, 405) and "access-control-allow-origin" not in pre.headers
     r = client.post("/v1/completions", json=BODY, headers={**auth(), "Origin": "http://x.example"})
     assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+
+
+@pytest.mark.parametrize("origin,allowed", [
+    ("http://localhost", True), ("http://localhost:8080", True), ("http://127.0.0.1:3000", True),
+    ("http://[::1]:3000", True), ("https://localhost", True), ("http://localhost.evil.example", False),
+    ("http://evil.example", False), ("http://127.0.0.1.evil.example:80", False)])
+def test_localhost_as_an_origin_is_this_machines_pages_on_any_port(served_model, origin, allowed):
+    with running(create_app(served_model, cors_origins=("localhost",))) as srv, httpx.Client(
+            base_url=srv.url, timeout=60) as c:
+        pre = c.options("/v1/completions", headers={**PREFLIGHT, "Origin": origin})
+        assert (pre.headers.get("access-control-allow-origin") == origin) == allowed
+

@@ -183,3 +183,57 @@ def test_openai_routes_honour_llamacpps_limit_penalty_and_n_probs(http):
     assert len(content) <= 3 and all(len(c["top_logprobs"]) == 2 for c in content)
     r = http.post("/v1/completions", json={**ask, "max_tokens": 3, "repeat_penalty": 1.3})
     assert "repeat_last_n" in assert_openai_error(r, 400)["message"]
+
+
+def test_an_answer_carries_its_prompt_as_the_model_read_it(http, reference_model):
+    answer = complete(http, prompt=PROMPT, n_predict=2)
+    ids = reference_model.tokenize(PROMPT, add_special=True, parse_special=True)
+    assert answer["prompt"] == b"".join(reference_model.token_bytes(ids)).decode()
+    only = complete(http, prompt=PROMPT, n_predict=2, response_fields=["prompt", "content"])
+    assert set(only) == {"prompt", "content"}
+
+
+def test_a_final_assistant_message_is_continued_and_templated_as_llamacpp_asks(
+        http, reference_model):
+    turns = [{"role": "user", "content": "Count to five."},
+             {"role": "assistant", "content": "One, two,"}]
+    r = http.post("/apply-template", json={"messages": turns, "continue_final_message": True,
+                                           "add_generation_prompt": False}).json()
+    assert r["prompt"] == reference_model.chat_text(turns, continue_final=True)
+    assert r["prompt"].endswith("One, two,")
+    bare = http.post("/apply-template", json={"messages": turns[:1],
+                                              "add_generation_prompt": False}).json()
+    assert bare["prompt"] == reference_model.chat_text(turns[:1], generation_prompt=False)
+    ids = reference_model.encode_chat(turns, continue_final=True)
+    ref = plain(reference_model, ids, 6)
+    answer = http.post("/v1/chat/completions", json={
+        "messages": turns, "continue_final_message": True, "add_generation_prompt": False,
+        "max_tokens": 6, "temperature": 0}).json()
+    assert answer["choices"][0]["message"]["content"] == ref.text
+    both = http.post("/v1/chat/completions", json={"messages": turns, "max_tokens": 2,
+                                                   "continue_final_message": True})
+    assert "add_generation_prompt" in assert_openai_error(both, 400)["message"]
+
+
+def test_token_counts_of_a_chat_and_a_response_are_their_prompts(http, reference_model):
+    messages = [{"role": "user", "content": "Hi"}]
+    expected = len(reference_model.encode_chat(messages))
+    chat = http.post("/chat/completions/input_tokens", json={"messages": messages}).json()
+    response = http.post("/v1/responses/input_tokens", json={"input": "Hi"}).json()
+    assert chat["input_tokens"] == response["input_tokens"] == expected
+
+
+def test_llamacpps_response_formats_and_an_assistants_reasoning_are_taken(http):
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    for fmt in ({"type": "json_object", "schema": schema},
+                {"type": "json_schema", "json_schema": {"schema": schema}}):  # no name
+        r = http.post("/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "A number?"}], "response_format": fmt,
+            "max_tokens": 24, "temperature": 0})
+        assert r.status_code == 200, r.text
+        assert set(json.loads(r.json()["choices"][0]["message"]["content"])) == {"n"}
+    r = http.post("/v1/chat/completions", json={"max_tokens": 2, "messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello", "reasoning_content": "Greet back."},
+        {"role": "user", "content": "Bye"}]})
+    assert r.status_code == 200, r.text

@@ -33,6 +33,9 @@ from .state import ServerState, server_state
 from .worker import DecoderCache, EngineWorker
 
 
+LOCAL_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
+
+
 def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | None = None,
                max_queue: int = 16, max_batch: int = 8, speculation: Speculation = "adaptive",
                request_timeout: float = 300.0, model_id: str | None = None,
@@ -85,8 +88,11 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # counts 401 and 413
     if cors_origins:  # outermost: a browser's preflight carries no API key
-        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["*"],
-                           allow_headers=["*"])
+        # "localhost", as llama.cpp's server reads it: pages served from this machine, any port
+        local = LOCAL_ORIGINS if "localhost" in cors_origins else None
+        app.add_middleware(CORSMiddleware, allow_origins=[o for o in cors_origins
+                                                          if o != "localhost"],
+                           allow_origin_regex=local, allow_methods=["*"], allow_headers=["*"])
     add_error_handlers(app)
     _add_routes(app)
     for dialect in (openai_api, responses_api, anthropic_api, infill, llamacpp_api):

@@ -20,7 +20,7 @@ from .llamacpp_format import (STOP_TYPES, Answer, probabilities, result, setting
                               timings)
 from .llamacpp_schemas import LlamaCppRequest
 from .request import EngineRequest
-from .state import ServerState, compile_grammar, speculative
+from .state import ServerState, compile_grammar, ids_text, speculative
 from .streaming import JobStream, next_chunk, stream_failed
 from .job import Job
 
@@ -109,7 +109,13 @@ class Answers:
             self.last = time.monotonic()
         return delta, entries
 
-    def result(self, index: int, state: ServerState, truncated: bool) -> dict:
+    async def prompts(self, state: ServerState) -> list[str]:
+        """Each prompt's text as the model read it (llama.cpp's `prompt` of an answer)."""
+        return await state.worker.call(lambda: [ids_text(state.model, ids)
+                                                for ids in self.job.prompt_ids])
+
+    def result(self, index: int, state: ServerState, truncated: bool,
+               prompts: list[str]) -> dict:
         job, answer = self.job, self.answers[index]
         run = job.runs[index]
         stats = openai_format.usage(job.prompt_tokens, [run], job.decoder,
@@ -125,7 +131,7 @@ class Answers:
                 "speculative": stats}
         if job.request.logprobs is not None:
             base["completion_probabilities"] = probabilities(answer.entries, job.pieces)
-        return result(self.body, answer, base)
+        return result(self.body, answer, base, prompts[index // job.request.n])
 
 
 async def serve(request: Request, state: ServerState, body: LlamaCppRequest,
@@ -147,7 +153,8 @@ async def serve(request: Request, state: ServerState, body: LlamaCppRequest,
         job.cancel()
         raise
     job.cancel()  # an answer ended by a rule of llama.cpp's leaves the engine here
-    decoded = [answers.result(i, state, truncated()) for i in range(job.choices)]
+    prompts = await answers.prompts(state)
+    decoded = [answers.result(i, state, truncated(), prompts) for i in range(job.choices)]
     copies = body.n_cmpl // asked.n
     out = [{**r, **({"index": i} if "index" in r else {})}
            for i, r in enumerate(r for r in decoded for _ in range(copies))]
@@ -175,8 +182,9 @@ async def _events(job: Job, event: tuple[int, Chunk], answers: Answers, state: S
             if answers.done:
                 break
             event = await job.next_event()
+        prompts = await answers.prompts(state)
         for i in range(job.choices):
-            yield sse_event({**answers.result(i, state, truncated()), "content": ""})
+            yield sse_event({**answers.result(i, state, truncated(), prompts), "content": ""})
         job.outcome = answers.answers[0].stop_type
     except Exception as exc:
         error = stream_failed(job, exc).body()

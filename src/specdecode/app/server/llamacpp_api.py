@@ -15,7 +15,7 @@ from .llamacpp_answers import engine_request, serve, unread
 from .llamacpp_format import settings
 from .llamacpp_schemas import CompletionBody, DetokenizeRequest, LlamaCppRequest, TokenizeRequest
 from .openai_schemas import ConversationRequest
-from .state import ServerState, chat_prompt, raw_prompt, server_state
+from .state import chat_text, ids_text, raw_prompt, server_state
 
 router = APIRouter()
 
@@ -61,21 +61,18 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> dict:
     """The text of token ids, special tokens written out."""
     state = server_state(request)
     ids = raw_prompt(state.model, body.tokens)
-    return {"content": await state.worker.call(lambda: _text(state, ids()))}
+    return {"content": await state.worker.call(lambda: ids_text(state.model, ids()))}
 
 
 @router.post("/apply-template")
 async def apply_template(body: ConversationRequest, request: Request) -> dict:
     """The chat template's prompt for a conversation, as a chat completion would read it."""
     state = server_state(request)
-    tool_list = [t.model_dump(exclude_none=True) for t in body.tools or ()]
-    prepare = chat_prompt(state, [m.to_template() for m in body.messages], tool_list)
-    return {"prompt": await state.worker.call(lambda: _text(state, prepare()))}
+    tool_list = [t.model_dump(exclude_none=True) for t in body.tools or ()] or None
+    text = chat_text(state, [m.to_template() for m in body.messages], tool_list,
+                     body.continue_final_message, body.add_generation_prompt)
+    return {"prompt": await state.worker.call(text)}
 
-
-def _text(state: ServerState, ids: list[int]) -> str:
-    """The text of token ids as the model reads them (special tokens written out)."""
-    return b"".join(state.model.token_bytes(ids)).decode("utf-8", "replace")
 
 
 @router.get("/props")

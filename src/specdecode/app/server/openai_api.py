@@ -20,8 +20,8 @@ from . import infill, openai_format, tools
 from .errors import APIError
 from .request import EngineRequest
 from .openai_schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
-from .state import (chat_prompt, compile_grammar, fim_ends, raw_prompt, required_calls,
-                    server_state, speculative)
+from .state import (ServerState, chat_prompt, compile_grammar, fim_ends, raw_prompt,
+                    required_calls, server_state, speculative)
 from .streaming import DONE, JobStream, next_chunk, sse, stream_failed
 from .job import Job
 
@@ -45,12 +45,27 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
                            stop_token_ids=stops)
 
 
+@router.post("/v1/chat/completions/input_tokens")
+@router.post("/chat/completions/input_tokens")
+async def chat_input_tokens(body: ChatCompletionRequest, request: Request) -> dict:
+    """The prompt's tokens as the chat completion would read them (llama.cpp's route)."""
+    state = server_state(request)
+    state.check_model(body.model)
+    return {"object": "response.input_tokens",
+            "input_tokens": len(await state.worker.call(_chat_prompt(state, body)))}
+
+
+def _chat_prompt(state: ServerState, body: ChatCompletionRequest) -> Callable[[], list[int]]:
+    return chat_prompt(state, [m.to_template() for m in body.messages], body.tools_in_prompt,
+                       body.continue_final_message)
+
+
 @router.post("/v1/chat/completions")
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     state = server_state(request)
     tools_in_prompt, output_format = body.tools_in_prompt, body.output_format
-    prompt = chat_prompt(state, [m.to_template() for m in body.messages], tools_in_prompt)
+    prompt = _chat_prompt(state, body)
     if tools_in_prompt and body.forced_tool_calls:
         output_format = required_calls(state, tools_in_prompt, body.forced_tool_calls,
                                        body.parallel_tool_calls)

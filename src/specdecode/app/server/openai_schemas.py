@@ -43,7 +43,9 @@ class JSONSchemaFormat(Strict):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    name: str = Field(min_length=1, max_length=64)
+    # OpenAI requires a name; llama.cpp's and vLLM's clients may leave it out (it names nothing
+    # the answer depends on)
+    name: str = Field("response", min_length=1, max_length=64)
     description: str | None = None
     json_schema: dict[str, Any] = Field(default_factory=dict, alias="schema")
     strict: bool | None = None
@@ -52,11 +54,15 @@ class JSONSchemaFormat(Strict):
 class ResponseFormat(Strict):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JSONSchemaFormat | None = None
+    # llama.cpp's extension: {"type": "json_object", "schema": {...}} is that schema's JSON
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
 
     @model_validator(mode="after")
     def _schema_given(self) -> "ResponseFormat":
         if (self.type == "json_schema") != (self.json_schema is not None):
             raise ValueError('json_schema is required with type "json_schema" and only then')
+        if self.schema_ is not None and self.type != "json_object":
+            raise ValueError('schema goes with type "json_object" (llama.cpp\'s spelling)')
         return self
 
 
@@ -125,7 +131,7 @@ class GenerationRequest(LlamaCppExtensions):
         if fmt is None or fmt.type == "text":
             return None
         if fmt.type == "json_object":
-            return "json_object", None
+            return ("json_object", None) if fmt.schema_ is None else ("json_schema", fmt.schema_)
         return "json_schema", fmt.json_schema.json_schema
 
     @property
@@ -217,10 +223,15 @@ class ChatMessage(Strict):
     content: Any = ""  # a string, or a list of {"type": "text", "text": ...} parts
     tool_calls: list[ToolCallMessage] | None = None  # an assistant's earlier calls
     tool_call_id: str | None = None  # a tool result's call (the template orders results by turn)
+    # an assistant turn's reasoning, as vLLM and llama.cpp send it back: templates of reasoning
+    # models write it (others leave it out)
+    reasoning_content: str | None = None
 
     def to_template(self) -> dict:
         """The message as chat templates take it."""
         out = {"role": self.role, "content": self.content}
+        if self.reasoning_content is not None:
+            out["reasoning_content"] = self.reasoning_content
         if self.tool_calls:
             out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
         if self.tool_call_id is not None:
@@ -247,6 +258,9 @@ class Tool(Strict):
 
 class ChatCompletionRequest(GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
+    # vLLM's and llama.cpp's: continue the last (assistant) message instead of starting a turn
+    continue_final_message: bool = False
+    add_generation_prompt: bool = True  # false only with continue_final_message
     max_completion_tokens: int | None = None  # newer spelling of max_tokens
     tools: list[Tool] | None = None
     tool_choice: Any = None  # "none", "auto", "required" or {"type": "function", "function": {"name"}}
@@ -275,6 +289,9 @@ class ChatCompletionRequest(GenerationRequest):
             raise ValueError("a required tool call cannot also follow a response format")
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
+        if self.add_generation_prompt == self.continue_final_message:
+            raise ValueError("continue_final_message goes with add_generation_prompt: false, "
+                             "and only with it")
         return self
 
     @property
@@ -311,4 +328,6 @@ class ConversationRequest(Strict):
 
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[Tool] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
 

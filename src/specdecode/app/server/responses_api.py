@@ -62,26 +62,44 @@ class Store:
 _STORE = Store()
 
 
+def _conversation(body: ResponsesRequest) -> tuple[list[dict], list[dict]]:
+    """The request's instructions (as a system turn) and its turns: the stored ones it continues,
+    then its input."""
+    history = _STORE.get(body.previous_response_id) if body.previous_response_id else []
+    system = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    return system, history + body.input
+
+
+@router.post("/v1/responses/input_tokens")
+@router.post("/responses/input_tokens")
+async def input_tokens(body: ResponsesRequest, request: Request) -> dict:
+    """OpenAI's token count of a response's input, as /v1/responses would read it."""
+    state = server_state(request)
+    state.check_model(body.model)
+    system, turns = _conversation(body)
+    prepare = chat_prompt(state, system + turns, body.tools_in_prompt)
+    return {"object": "response.input_tokens",
+            "input_tokens": len(await state.worker.call(prepare))}
+
+
 @router.post("/v1/responses")
 @router.post("/responses")
 async def responses(body: ResponsesRequest, request: Request) -> Response:
     state = server_state(request)
     state.check_model(body.model)
-    history = _STORE.get(body.previous_response_id) if body.previous_response_id else []
-    system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    messages = system + history + body.input
+    system, turns = _conversation(body)
     output_format = body.output_format
     if body.forced_tool_call:
         output_format = required_calls(state, body.tools_in_prompt, body.forced_tool_call,
                                        body.parallel_tool_calls)
     limit = min(body.max_output_tokens or state.model.context_length,
                 state.model.context_length)
-    asked = EngineRequest([chat_prompt(state, messages, body.tools_in_prompt)], limit,
+    asked = EngineRequest([chat_prompt(state, system + turns, body.tools_in_prompt)], limit,
                           body.temperature, top_p=body.top_p,
                           grammar=await compile_grammar(state, output_format),
                           **speculative(body.speculative))
     names = tuple(t["function"]["name"] for t in body.tools_in_prompt or ())
-    answer = _Answer(state.model_id, body, history + body.input)
+    answer = _Answer(state.model_id, body, turns)
     whole = await one_answer(request, state, asked, names, (
         lambda job, chunk: _events(job, chunk, answer, names)) if body.stream else None)
     if isinstance(whole, Response):

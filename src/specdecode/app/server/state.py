@@ -103,23 +103,37 @@ def required_calls(state: ServerState, tool_list: list[dict], forced: tuple[str 
     return "lark", tools.call_grammar(tool_list, *forced, parallel, tool_marks(state))
 
 
-def chat_prompt(state: ServerState, messages: list[dict],
-                tool_list: list[dict] | None = None) -> Callable[[], list[int]]:
+def chat_prompt(state: ServerState, messages: list[dict], tool_list: list[dict] | None = None,
+                continue_final: bool = False) -> Callable[[], list[int]]:
     """A conversation's prompt ids in every dialect, made on the worker thread: the model's chat
     template over `messages` (OpenAI's chat shape), describing `tool_list` (OpenAI's function
-    tools). A model without a template is refused: the library's fallback (contents joined) is
-    no chat format a client could rely on."""
-    model = state.model
+    tools), ready for the assistant's turn or, with `continue_final`, to continue the last
+    (assistant) message. A model without a template is refused: the library's fallback (contents
+    joined) is no chat format a client could rely on."""
+    model, messages = state.model, _templated(state, messages, tool_list)
+    return lambda: _checked(model).encode_chat(messages, tool_list, continue_final)
+
+
+def chat_text(state: ServerState, messages: list[dict], tool_list: list[dict] | None = None,
+              continue_final: bool = False, generation_prompt: bool = True
+              ) -> Callable[[], str]:
+    """`chat_prompt`'s text (without `generation_prompt`: the conversation alone)."""
+    model, messages = state.model, _templated(state, messages, tool_list)
+    return lambda: _checked(model).chat_text(messages, tool_list, continue_final,
+                                             generation_prompt)
+
+
+def _templated(state: ServerState, messages: list[dict], tool_list: list[dict] | None
+               ) -> list[dict]:
     if tool_list:
         tool_marks(state)
-    messages = tools.template_messages(messages)
+    return tools.template_messages(messages)
 
-    def prepare() -> list[int]:
-        if not model.has_chat_template:
-            raise InvalidParameterError("this model has no chat template; use /v1/completions")
-        return model.encode_chat(messages, tool_list)
 
-    return prepare
+def _checked(model: LoadedModel) -> LoadedModel:
+    if not model.has_chat_template:
+        raise InvalidParameterError("this model has no chat template; use /v1/completions")
+    return model
 
 
 def raw_prompt(model: LoadedModel, prompt: str | list[int | str]) -> Callable[[], list[int]]:
@@ -141,3 +155,10 @@ def raw_prompt(model: LoadedModel, prompt: str | list[int | str]) -> Callable[[]
         return ids
 
     return prepare
+
+
+def ids_text(model: LoadedModel, ids: list[int]) -> str:
+    """The text of token ids as the model reads them, special tokens written out (on the worker
+    thread)."""
+    return b"".join(model.token_bytes(ids)).decode("utf-8", "replace")
+
