@@ -115,7 +115,8 @@ async def _generate(request: Request, body: GenerationRequest,
     grammar = await compile_grammar(state, output_format or body.output_format)
     job = Job(asked.with_grammar(grammar), state.request_timeout)
     state.worker.submit(job)
-    fmt = openai_format.Formatter(state.model_id, chat, state.fingerprint)
+    fmt = (openai_format.ChatFormatter if chat else openai_format.CompletionFormatter)(
+        state.model_id, state.fingerprint)
     try:
         event = await next_chunk(job, request)
         if body.stream:
@@ -188,9 +189,8 @@ async def _stream_events(job: Job, event: tuple[int, Chunk], fmt: openai_format.
     streams = [_ChoiceStream(tool_calls) for _ in range(job.choices)]
     last: dict[int, Chunk] = {}
     try:
-        if fmt.chat:
-            for i in range(job.choices):
-                yield sse(fmt.chunk(i, role=True))
+        for opening in fmt.openings(job.choices):
+            yield sse(opening)
         while True:
             index, chunk = event
             streams[index].ids += chunk.token_ids

@@ -53,54 +53,68 @@ def prediction_details(prediction: list[int], outputs: list[list[int]]) -> dict:
 
 
 class Formatter:
-    """Builds the objects of one response; `chat` selects chat.completion vs text_completion."""
+    """Builds the objects of one response; `ChatFormatter` and `CompletionFormatter` say what a
+    choice, a chunk and logprobs look like in each."""
 
-    def __init__(self, model: str, chat: bool, fingerprint: str | None = None) -> None:
-        self.chat, self.model, self.fingerprint = chat, model, fingerprint
-        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+    prefix = ""  # of the response's id
+    object = ""  # of a whole response
+    chunk_object = ""  # of a stream chunk
+
+    def __init__(self, model: str, fingerprint: str | None = None) -> None:
+        self.model, self.fingerprint = model, fingerprint
+        self.id = self.prefix + uuid.uuid4().hex
         self.created = int(time.time())
 
     def _head(self, object: str) -> dict:
         return {"id": self.id, "object": object, "created": self.created, "model": self.model,
                 "system_fingerprint": self.fingerprint}
 
-    def choice(self, index: int, text: str | None, finish_reason: str,
-               logprobs: dict | None = None, tool_calls: list[dict] | None = None) -> dict:
-        """One choice of a whole response."""
-        if self.chat:
-            message = {"role": "assistant", "content": text}
-            if tool_calls:
-                message["tool_calls"] = tool_calls
-            return {"index": index, "message": message, "logprobs": logprobs,
-                    "finish_reason": finish_reason}
-        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
-
     def response(self, choices: list[dict], usage: dict) -> dict:
-        object = "chat.completion" if self.chat else "text_completion"
-        return {**self._head(object), "choices": choices, "usage": usage}
+        return {**self._head(self.object), "choices": choices, "usage": usage}
 
-    def chunk(self, index: int = 0, text: str | None = None, finish_reason: str | None = None,
-              role: bool = False, usage: dict | None = None) -> dict:
-        """A stream chunk of choice `index` with a text delta, or (finish_reason) the choice's
-        closing chunk."""
-        if self.chat:
-            delta = {"role": "assistant", "content": ""} if role else {}
-            if text:
-                delta["content"] = text
-            choice = {"index": index, "delta": delta, "logprobs": None,
-                      "finish_reason": finish_reason}
-            obj = {**self._head("chat.completion.chunk"), "choices": [choice]}
-        else:
-            choice = {"index": index, "text": text or "", "logprobs": None,
-                      "finish_reason": finish_reason}
-            obj = {**self._head("text_completion"), "choices": [choice]}
+    def with_usage(self, obj: dict, usage: dict | None) -> dict:
         if usage is not None:
             obj["usage"] = usage
         return obj
 
+    def usage_chunk(self, usage: dict) -> dict:
+        """The extra last chunk OpenAI sends for stream_options.include_usage: no choices."""
+        return {**self._head(self.chunk_object), "choices": [], "usage": usage}
+
+    def openings(self, choices: int) -> list[dict]:
+        """The chunks a stream starts with, before any text."""
+        return []
+
+
+class ChatFormatter(Formatter):
+    prefix, object, chunk_object = "chatcmpl-", "chat.completion", "chat.completion.chunk"
+
+    def openings(self, choices: int) -> list[dict]:
+        """Each choice's role, as OpenAI's stream starts."""
+        return [self.chunk(i, role=True) for i in range(choices)]
+
+    def choice(self, index: int, text: str | None, finish_reason: str,
+               logprobs: dict | None = None, tool_calls: list[dict] | None = None) -> dict:
+        """One choice of a whole response."""
+        message = {"role": "assistant", "content": text}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        return {"index": index, "message": message, "logprobs": logprobs,
+                "finish_reason": finish_reason}
+
+    def chunk(self, index: int = 0, text: str | None = None, finish_reason: str | None = None,
+              role: bool = False, usage: dict | None = None) -> dict:
+        """A stream chunk of choice `index` with a text delta (the first: the role), or
+        (finish_reason) the choice's closing chunk."""
+        delta = {"role": "assistant", "content": ""} if role else {}
+        if text:
+            delta["content"] = text
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return self.with_usage({**self._head(self.chunk_object), "choices": [choice]}, usage)
+
     def tool_call_chunks(self, choice: int, index: int, call: dict) -> list[dict]:
         """A streamed tool call as OpenAI streams one: its id and name, then its arguments."""
-        head = self._head("chat.completion.chunk")
+        head = self._head(self.chunk_object)
         first = {"index": index, "id": call["id"], "type": "function",
                  "function": {"name": call["function"]["name"], "arguments": ""}}
         rest = {"index": index, "function": {"arguments": call["function"]["arguments"]}}
@@ -110,30 +124,46 @@ class Formatter:
 
     def logprobs(self, entries: list[tuple[int, float | None, tuple]], pieces: dict[int, bytes],
                  offset: int = 0) -> tuple[dict, int]:
-        """OpenAI's logprobs object for (token, logprob, alternatives) entries (a prompt's first
-        token has none: logprob None), and the text offset after them. Chat: a token's text and
-        bytes; completions: tokens, token_logprobs, top_logprobs (the token itself among them,
-        as OpenAI adds it) and text_offset, counted in the tokens' own texts from `offset`."""
-        def text(token: int) -> str:
-            return pieces[token].decode("utf-8", "replace")
+        """OpenAI's chat logprobs for (token, logprob, alternatives) entries: each token's text
+        and bytes with its alternatives' (`offset` passes through: chat has none)."""
+        def one(token: int, logprob: float) -> dict:
+            return {"token": _text(pieces, token), "logprob": logprob,
+                    "bytes": list(pieces[token])}
 
-        if self.chat:
-            def one(token: int, logprob: float) -> dict:
-                return {"token": text(token), "logprob": logprob, "bytes": list(pieces[token])}
+        return {"content": [{**one(t, lp), "top_logprobs": [one(*a) for a in top]}
+                            for t, lp, top in entries], "refusal": None}, offset
 
-            return {"content": [{**one(t, lp), "top_logprobs": [one(*a) for a in top]}
-                                for t, lp, top in entries], "refusal": None}, offset
+
+class CompletionFormatter(Formatter):
+    prefix, object, chunk_object = "cmpl-", "text_completion", "text_completion"
+
+    def choice(self, index: int, text: str | None, finish_reason: str,
+               logprobs: dict | None = None) -> dict:
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+    def chunk(self, index: int = 0, text: str | None = None, finish_reason: str | None = None,
+              usage: dict | None = None) -> dict:
+        choice = {"index": index, "text": text or "", "logprobs": None,
+                  "finish_reason": finish_reason}
+        return self.with_usage({**self._head(self.chunk_object), "choices": [choice]}, usage)
+
+    def logprobs(self, entries: list[tuple[int, float | None, tuple]], pieces: dict[int, bytes],
+                 offset: int = 0) -> tuple[dict, int]:
+        """OpenAI's completion logprobs for (token, logprob, alternatives) entries (a prompt's
+        first token has none: logprob None): tokens, token_logprobs, top_logprobs (the token
+        itself among them, as OpenAI adds it) and text_offset, counted in the tokens' own texts
+        from `offset`; and the offset after them."""
         out: dict = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         for token, logprob, top in entries:
-            out["tokens"].append(text(token))
+            text = _text(pieces, token)
+            out["tokens"].append(text)
             out["token_logprobs"].append(logprob)
             out["top_logprobs"].append(None if logprob is None else {
-                **{text(t): lp for t, lp in top}, text(token): logprob})
+                **{_text(pieces, t): lp for t, lp in top}, text: logprob})
             out["text_offset"].append(offset)
-            offset += len(text(token))
+            offset += len(text)
         return out, offset
 
-    def usage_chunk(self, usage: dict) -> dict:
-        """The extra last chunk OpenAI sends for stream_options.include_usage: no choices."""
-        obj = {**self._head("chat.completion.chunk" if self.chat else "text_completion")}
-        return {**obj, "choices": [], "usage": usage}
+
+def _text(pieces: dict[int, bytes], token: int) -> str:
+    return pieces[token].decode("utf-8", "replace")
