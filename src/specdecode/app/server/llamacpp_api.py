@@ -14,7 +14,7 @@ from fastapi.responses import Response
 from .llamacpp_answers import engine_request, serve, unread
 from .llamacpp_format import settings
 from .llamacpp_schemas import CompletionBody, DetokenizeRequest, LlamaCppRequest, TokenizeRequest
-from .openai_schemas import ConversationRequest
+from .chat_schemas import ConversationRequest
 from .state import chat_text, ids_text, raw_prompt, server_state
 
 router = APIRouter()
