@@ -28,6 +28,10 @@ from pydantic import BaseModel
 BASE = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8811/v1"
 ADDRESS = "Hauptstrasse 12, Berlin, Germany"
 WEATHER = "What is the weather in Paris?"
+# "Use the tools to answer." alone: the 1.5B Coder calls the tool again after its result, turn
+# after turn (MaxTurnsExceeded); told to answer from the result, it does
+INSTRUCTIONS = ("Use the tools to answer. Once a tool has given its result, answer the user "
+                "from it in one sentence.")
 
 
 class Address(BaseModel):
@@ -104,8 +108,8 @@ def agents_sdk(model: str, responses: bool = False) -> dict:
         return f"It is sunny in {city}."
 
     greedy = ModelSettings(temperature=0)  # the SDK sends no temperature: OpenAI's default, 1
-    agent = Agent(name="weather", instructions="Use the tools to answer.", tools=[get_weather],
-                  model=chat, model_settings=greedy)
+    agent = Agent(name="weather", instructions=INSTRUCTIONS, tools=[get_weather], model=chat,
+                  model_settings=greedy)
     typed = Agent(name="extract", instructions="Extract the address.", output_type=Address,
                   model=chat, model_settings=greedy)
 
@@ -133,7 +137,8 @@ def anthropic_sdk(model: str) -> dict:
     import anthropic
 
     client = anthropic.Anthropic(base_url=BASE.removesuffix("/v1"), api_key="x")
-    ask = dict(model=model, max_tokens=64, temperature=0)
+    # the current client has no `temperature` argument (Anthropic's default is 1): sent as a field
+    ask = dict(model=model, max_tokens=64, extra_body={"temperature": 0})
     question = [{"role": "user", "content": WEATHER}]
     weather = {"name": "get_weather", "description": "Get the weather in a city.",
                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -145,13 +150,14 @@ def anthropic_sdk(model: str) -> dict:
             return text, stream.get_final_message().stop_reason
 
     def round_trip():
-        first = client.messages.create(messages=question, tools=[weather],
+        first = client.messages.create(messages=question, tools=[weather], system=INSTRUCTIONS,
                                        tool_choice={"type": "any"}, **ask)
         call = next(b for b in first.content if b.type == "tool_use")
         turns = [*question, {"role": "assistant", "content": first.content},
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
                                                "content": "It is sunny in Paris."}]}]
-        answer = client.messages.create(messages=turns, tools=[weather], **ask)
+        answer = client.messages.create(messages=turns, tools=[weather], system=INSTRUCTIONS,
+                                        **ask)
         return (call.name, call.input), [b.model_dump(include={"type", "text", "name", "input"})
                                          for b in answer.content], answer.stop_reason
 
