@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specdecode.app.bench.ttft import prompt_tokens, read_request
+from specdecode.app.bench.ttft import _without_ids, prompt_tokens, read_request
 from specdecode.app.cli import main
 
 SYSTEM = "You are a coding agent. Follow the rules below. " * 8
@@ -54,3 +54,12 @@ def test_a_replayed_request_is_one_greedy_token_not_streamed(tmp_path):
     route, body = read_request(str(path))
     assert route == "/v1/responses"
     assert body == {"input": "hi", "stream": False, "temperature": 0, "max_output_tokens": 1}
+
+
+def test_answers_are_compared_without_the_ids_each_response_draws():
+    a = [{"id": "msg_1", "type": "message", "content": [{"type": "output_text", "text": "x"}]},
+         {"id": "fc_1", "call_id": "call_1", "type": "function_call", "name": "f"}]
+    b = [{"id": "msg_2", "type": "message", "content": [{"type": "output_text", "text": "x"}]},
+         {"id": "fc_2", "call_id": "call_2", "type": "function_call", "name": "f"}]
+    assert _without_ids(a) == _without_ids(b) != _without_ids([{**b[0], "content": []}, b[1]])
+

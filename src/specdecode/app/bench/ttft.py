@@ -60,6 +60,15 @@ def _ask(server: Server, route: str, body: dict) -> tuple[float, dict]:
     return seconds, r.json()
 
 
+def _without_ids(obj):
+    """An answer's content without the ids each response draws anew (items', calls')."""
+    if isinstance(obj, dict):
+        return {k: _without_ids(v) for k, v in obj.items() if k not in ("id", "call_id")}
+    if isinstance(obj, list):
+        return [_without_ids(v) for v in obj]
+    return obj
+
+
 def ttft_report(args: argparse.Namespace, serve_args: list[str]) -> str:
     import httpx
 
@@ -74,8 +83,8 @@ def ttft_report(args: argparse.Namespace, serve_args: list[str]) -> str:
                 for phase in phases:
                     seconds, answer = _ask(server, route, body)
                     rows.append((phase, seconds, *prompt_tokens(answer["usage"])))
-                    answers.append(json.dumps(answer.get("output") or answer.get("content")
-                                              or answer.get("choices"), sort_keys=True))
+                    answers.append(json.dumps(_without_ids(answer.get("output") or answer.get(
+                        "content") or answer.get("choices")), sort_keys=True))
             finally:
                 server.stop()
     cold = rows[0][1]
