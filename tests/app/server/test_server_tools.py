@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import jsonschema
 import openai
 import pytest
@@ -146,3 +147,29 @@ def test_a_tool_round_trip_ends_in_an_answer(client, stream):
 def test_an_unknown_named_function_is_a_400(client):
     with pytest.raises(openai.BadRequestError, match="not among the tools"):
         ask(client, PROMPTS[0], tool_choice={"type": "function", "function": {"name": "nope"}})
+
+
+@pytest.mark.real_model
+def test_a_model_whose_template_has_no_tools_is_told_them_and_its_calls_are_read(default_model):
+    """SmolLM2's template has no tool format: the tools are described in a system turn (as
+    llama.cpp's server falls back to a generic format), a required call is constrained to a
+    valid block and read as a call, and a round trip's call and result are written as text."""
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    question = [{"role": "user", "content": "Weather in Paris?"}]
+    with running(create_app(default_model)) as srv, openai.OpenAI(
+            base_url=srv.v1, api_key="x", max_retries=0, timeout=60) as c:
+        ask = dict(model=c.models.list().data[0].id, tools=[weather], temperature=0,
+                   max_tokens=40)
+        called = c.chat.completions.create(messages=question, tool_choice="required", **ask)
+        assert called.choices[0].message.tool_calls, (called.choices[0], called.usage)
+        (call,) = called.choices[0].message.tool_calls
+        assert call.function.name == "get_weather"
+        assert set(json.loads(call.function.arguments)) == {"city"}
+        turns = [*question, called.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+        answer = c.chat.completions.create(messages=turns, **ask)
+        assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        counted = httpx.post(srv.v1 + "/chat/completions/input_tokens", json={
+            "messages": turns, "tools": [weather]}).json()["input_tokens"]
+    assert counted == answer.usage.prompt_tokens > called.usage.prompt_tokens

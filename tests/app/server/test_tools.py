@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from specdecode.app.server import tools
 from specdecode.app.server.tools import (CallStream, ToolCall, call_grammar, markers, parse,
                                          template_messages)
 from specdecode.errors import InvalidParameterError
@@ -160,3 +161,24 @@ def test_the_required_call_grammar_accepts_well_formed_calls_only(qwen_tokenizer
 def test_a_named_function_outside_the_tools_is_refused():
     with pytest.raises(InvalidParameterError, match="not among the tools"):
         call_grammar(TOOLS, "get_wether", True, ('"<tool_call>"', '"</tool_call>"'))
+
+
+def test_a_template_without_tools_is_told_them_and_their_calls_and_results_become_text():
+    fn = {"name": "get_weather", "parameters": {"type": "object"}}
+    messages = tools.template_messages([
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "a", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "a"},
+        {"role": "tool", "content": "rain", "tool_call_id": "b"}])
+    out = tools.described(messages, [{"type": "function", "function": fn}])
+    assert [m["role"] for m in out] == ["system", "user", "assistant", "user"]
+    assert out[0]["content"].startswith("Be brief.\n\n") and json.dumps(fn) in out[0]["content"]
+    assert out[2]["content"] == ('<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+                                 '"Paris"}}\n</tool_call>')
+    assert tools.parse(out[2]["content"], ["get_weather"])[1][0].name == "get_weather"
+    assert out[3]["content"] == ("<tool_response>\nsunny\n</tool_response>\n"
+                                 "<tool_response>\nrain\n</tool_response>")
+

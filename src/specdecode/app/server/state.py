@@ -90,10 +90,9 @@ async def compile_grammar(state: ServerState, output_format: tuple[str, Any] | N
 
 
 def tool_marks(state: ServerState) -> tuple[str, str]:
-    """The model's tool-call markers; a 400 for a template that describes no tool calls."""
-    if state.tool_markers is None:
-        raise InvalidParameterError(tools.NO_TOOLS)
-    return state.tool_markers
+    """The model's tool-call markers: its template's, or the text of those the server describes
+    to a model whose template has none (`tools.described`)."""
+    return state.tool_markers or tools.TEXT_MARKERS
 
 
 def required_calls(state: ServerState, tool_list: list[dict], forced: tuple[str | None],
@@ -107,10 +106,11 @@ def chat_prompt(state: ServerState, messages: list[dict], tool_list: list[dict] 
                 continue_final: bool = False) -> Callable[[], list[int]]:
     """A conversation's prompt ids in every dialect, made on the worker thread: the model's chat
     template over `messages` (OpenAI's chat shape), describing `tool_list` (OpenAI's function
-    tools), ready for the assistant's turn or, with `continue_final`, to continue the last
-    (assistant) message. A model without a template is refused: the library's fallback (contents
-    joined) is no chat format a client could rely on."""
-    model, messages = state.model, _templated(state, messages, tool_list)
+    tools; the server describes them for a template that has no tool format), ready for the
+    assistant's turn or, with `continue_final`, to continue the last (assistant) message. A model
+    without a template is refused: the library's fallback (contents joined) is no chat format a
+    client could rely on."""
+    model, (messages, tool_list) = state.model, _templated(state, messages, tool_list)
     return lambda: _checked(model).encode_chat(messages, tool_list, continue_final)
 
 
@@ -118,16 +118,18 @@ def chat_text(state: ServerState, messages: list[dict], tool_list: list[dict] | 
               continue_final: bool = False, generation_prompt: bool = True
               ) -> Callable[[], str]:
     """`chat_prompt`'s text (without `generation_prompt`: the conversation alone)."""
-    model, messages = state.model, _templated(state, messages, tool_list)
+    model, (messages, tool_list) = state.model, _templated(state, messages, tool_list)
     return lambda: _checked(model).chat_text(messages, tool_list, continue_final,
                                              generation_prompt)
 
 
 def _templated(state: ServerState, messages: list[dict], tool_list: list[dict] | None
-               ) -> list[dict]:
-    if tool_list:
-        tool_marks(state)
-    return tools.template_messages(messages)
+               ) -> tuple[list[dict], list[dict] | None]:
+    """The messages and the tools the template is given."""
+    messages = tools.template_messages(messages)
+    if tool_list and state.tool_markers is None:
+        return tools.described(messages, tool_list), None
+    return messages, tool_list
 
 
 def _checked(model: LoadedModel) -> LoadedModel:

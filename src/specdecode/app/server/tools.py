@@ -11,7 +11,9 @@ one block per call. The server renders `tools` and the conversation's earlier ca
 with that template, parses the blocks of the answer into `tool_calls`, and, for `tool_choice`
 "required" or a named function, constrains the answer with a grammar built from the functions'
 JSON-schema parameters, so the call is always well formed (a named function: called once). A
-model whose template has no tool format gets a 400.
+model whose template has no tool format (SmolLM2, Gemma 3) gets the same blocks described in a
+system turn of the server's own (`described`), as llama.cpp's server falls back to a generic
+format: its calls are read, and constrained, the same way.
 
 Qwen2.5-Coder, though its template asks for those blocks, often answers a tool question with the
 call alone: bare, in a ```json fence or in <tools> tags (vLLM's bug report 32926 measures it;
@@ -36,8 +38,8 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
 
 
-NO_TOOLS = ("this model's chat template describes no tool calls, so tools cannot be served "
-            "for it")
+# the markers as a grammar writes them in text, for a template without them (`described`)
+TEXT_MARKERS = (json.dumps(OPEN), json.dumps(CLOSE))
 
 
 def markers(tokenizer: Any) -> tuple[str, str] | None:
@@ -68,6 +70,38 @@ def template_messages(messages: list[dict]) -> list[dict]:
             m = {**m, "tool_calls": calls}
         out.append(m)
     return out
+
+
+def described(messages: list[dict], tool_list: list[dict]) -> list[dict]:
+    """The conversation (`template_messages`' shape) for a template that has no tool format: the
+    tools and the block format described in a system turn, earlier calls written into their
+    assistant turns as blocks, results as user turns of `<tool_response>` blocks (consecutive
+    user turns joined: some templates want turns to alternate)."""
+    functions = "\n".join(json.dumps(t["function"]) for t in tool_list)
+    intro = ("You can call functions to answer. They are, as JSON schemas:\n" + functions
+             + "\nTo call functions, answer with nothing but one block per call:\n" + OPEN
+             + '\n{"name": <function name>, "arguments": <arguments object>}\n' + CLOSE
+             + "\nTheir results come back in <tool_response> blocks.")
+    system = [m for m in messages[:1] if m["role"] in ("system", "developer")]
+    rest = messages[len(system):]
+    out = [{"role": "system", "content": "\n\n".join(
+        [*(m["content"] for m in system if m["content"]), intro])}]
+    for m in rest:
+        if m["role"] == "tool":
+            m = {"role": "user",
+                 "content": f"<tool_response>\n{m['content']}\n</tool_response>"}
+        elif m.get("tool_calls"):
+            blocks = [f"{OPEN}\n{json.dumps(_call_object(c))}\n{CLOSE}" for c in m["tool_calls"]]
+            m = {"role": "assistant", "content": "\n".join(filter(None, [m["content"], *blocks]))}
+        if out[-1]["role"] == m["role"] == "user":
+            out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + m["content"]}
+        else:
+            out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+def _call_object(call: dict) -> dict:
+    return {"name": call["function"]["name"], "arguments": call["function"]["arguments"]}
 
 
 def call_grammar(tools: list[dict], only: str | None, parallel: bool,
