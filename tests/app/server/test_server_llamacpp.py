@@ -9,7 +9,7 @@ import json
 
 import httpx
 import pytest
-from server_helpers import assert_openai_error, running
+from server_helpers import assert_openai_error, read_events, running
 
 from specdecode.app.server import create_app
 from specdecode.pipeline import SpecDecoder
@@ -237,3 +237,29 @@ def test_llamacpps_response_formats_and_an_assistants_reasoning_are_taken(http):
         {"role": "assistant", "content": "Hello", "reasoning_content": "Greet back."},
         {"role": "user", "content": "Bye"}]})
     assert r.status_code == 200, r.text
+
+
+def test_return_progress_reports_the_prompts_read_before_the_first_token(slow_decoder,
+                                                                        monkeypatch):
+    from specdecode.app.server import openai_api
+
+    monkeypatch.setattr(openai_api, "PROGRESS_POLL_SECONDS", 0.005)  # see every chunk's step
+    prompt = "the fox and the dog " * 22  # past one prefill chunk of the tiny model
+    with running(create_app(slow_decoder)) as srv, httpx.Client(base_url=srv.url,
+                                                                timeout=60) as c:
+        body = {"prompt": prompt, "max_tokens": 3, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
+        events = [json.loads(e) for e in read_events(c.send(c.build_request(
+            "POST", "/v1/completions", json={**body, "return_progress": True}), stream=True))
+            if e != "[DONE]"]
+        plain = [json.loads(e) for e in read_events(c.send(c.build_request(
+            "POST", "/v1/completions", json=body), stream=True)) if e != "[DONE]"]
+    reports = [e["prompt_progress"] for e in events if "prompt_progress" in e]
+    total = events[-1]["usage"]["prompt_tokens"]
+    assert len(reports) >= 2 and reports[0]["processed"] == reports[0]["cache"] == 0
+    assert [r["processed"] for r in reports] == sorted({r["processed"] for r in reports})
+    assert reports[-1]["processed"] == reports[-1]["total"] == total
+    assert all(e["choices"] == [] for e in events if "prompt_progress" in e)
+    assert not any("prompt_progress" in e for e in plain)
+    text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+    assert text == "".join(e["choices"][0]["text"] for e in plain if e["choices"])

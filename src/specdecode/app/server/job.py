@@ -60,6 +60,9 @@ class Job:
         # here on only the prefill stands between it and its first token
         self.admitted = asyncio.Event()
         self.outcome: str | None = None  # how its stream ended, said by the stream (None: not yet)
+        # its first prompt's read so far, (total, from the prefix cache, in the cache, ms since
+        # it came), set by the worker after each step; None until it joined
+        self.progress: tuple[int, int, int, float] | None = None
         self._loop = asyncio.get_running_loop()
 
     def cancel(self) -> None:

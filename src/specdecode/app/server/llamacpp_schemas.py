@@ -30,7 +30,9 @@ SAMPLER_SETTINGS = ("dynatemp_exponent", "mirostat_tau", "mirostat_eta", "dry_ba
 class LlamaCppExtensions(Strict):
     """llama.cpp's fields that its clients send to every generation route. Honoured: the token
     limit (`n_predict`, -1: none), the repetition penalty by llama.cpp's name and its top-token
-    count (`n_probs`: alternatives per token, as logprobs). Accepted as the hints they are:
+    count (`n_probs`: alternatives per token, as logprobs), and `return_progress` (a stream
+    reports its prompt's read, `prompt_progress`, before its first token). Accepted as the hints
+    they are:
     `cache_prompt` (prompts are kept in the prefix cache whatever it says), `id_slot` (there are
     no slots: requests share one batch) and `timings_per_token` (every answer is timed)."""
 
@@ -41,6 +43,7 @@ class LlamaCppExtensions(Strict):
     cache_prompt: bool | None = None
     id_slot: int | None = None
     timings_per_token: bool | None = None
+    return_progress: bool = False
 
     @model_validator(mode="after")
     def _repeat_window(self) -> "LlamaCppExtensions":

@@ -22,7 +22,7 @@ from .request import EngineRequest
 from .openai_schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
 from .state import (ServerState, chat_prompt, compile_grammar, fim_ends, raw_prompt,
                     required_calls, server_state, speculative)
-from .streaming import DONE, JobStream, next_chunk, sse, stream_failed
+from .streaming import DONE, JobStream, admitted, next_chunk, sse, stream_failed
 from .job import Job
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -118,7 +118,9 @@ async def _generate(request: Request, body: GenerationRequest,
     fmt = (openai_format.ChatFormatter if chat else openai_format.CompletionFormatter)(
         state.model_id, state.fingerprint)
     try:
-        event = await next_chunk(job, request)
+        # a stream that reports its prompt's read starts once the prompt is checked
+        event = (await admitted(job, request) if body.stream and body.return_progress
+                 else await next_chunk(job, request))
         if body.stream:
             return JobStream(_stream_events(job, event, fmt, body.include_usage_chunk,
                                             tool_calls), job, state.metrics)
@@ -180,15 +182,24 @@ class _ChoiceStream:
         self.ids: list[int] = []  # its tokens so far (a prediction's usage counts them)
 
 
-async def _stream_events(job: Job, event: tuple[int, Chunk], fmt: openai_format.Formatter,
-                         usage_chunk: bool, tool_calls: tuple[str, ...] = ()):
+async def _stream_events(job: Job, event: tuple[int, Chunk] | None,
+                         fmt: openai_format.Formatter, usage_chunk: bool,
+                         tool_calls: tuple[str, ...] = ()):
     """The SSE body: each choice's deltas and closing chunk (the last closing one with the
-    usage), [DONE]. An error after the headers were sent is reported as an `error` event, as the
-    OpenAI API does. With `tool_calls` (tool names), text that may start a tool call is held
-    until it is one (sent as a call: its name, then its arguments) or is not (sent as text)."""
+    usage), [DONE]; with `event` None (`return_progress`), first the prompt's read as it goes.
+    An error after the headers were sent is reported as an `error` event, as the OpenAI API
+    does. With `tool_calls` (tool names), text that may start a tool call is held until it is
+    one (sent as a call: its name, then its arguments) or is not (sent as text)."""
     streams = [_ChoiceStream(tool_calls) for _ in range(job.choices)]
     last: dict[int, Chunk] = {}
     try:
+        sent = None  # the last prompt_progress reported
+        while event is None:
+            event = await job.next_event(poll=PROGRESS_POLL_SECONDS)
+            progress = _progress(job, done=event is not None)
+            if progress is not None and (sent is None or progress[2] > sent[2]):
+                sent = progress
+                yield sse(fmt.progress_chunk(*progress))
         for opening in fmt.openings(job.choices):
             yield sse(opening)
         while True:
@@ -217,6 +228,17 @@ async def _stream_events(job: Job, event: tuple[int, Chunk], fmt: openai_format.
     finally:
         job.cancel()
     yield DONE
+
+
+PROGRESS_POLL_SECONDS = 0.25
+
+
+def _progress(job: Job, done: bool) -> tuple[int, int, int, float] | None:
+    """The job's prompt's read so far (`Job.progress`); all of it once the first token came."""
+    progress = job.progress
+    if progress is None or not done:
+        return progress
+    return progress[0], progress[1], progress[0], progress[3]
 
 
 def _finish_reason(chunk: Chunk, stream: _ChoiceStream) -> str:

@@ -85,6 +85,12 @@ class Formatter:
         """The chunks a stream starts with, before any text."""
         return []
 
+    def progress_chunk(self, total: int, cache: int, processed: int, ms: float) -> dict:
+        """llama.cpp's report of a prompt's read (`return_progress`): its tokens, those from the
+        prefix cache, those in the cache so far, the milliseconds since the request came."""
+        return {**self._head(self.chunk_object), "choices": [], "prompt_progress": {
+            "total": total, "cache": cache, "processed": processed, "time_ms": ms}}
+
 
 class ChatFormatter(Formatter):
     prefix, object, chunk_object = "chatcmpl-", "chat.completion", "chat.completion.chunk"

@@ -213,6 +213,7 @@ class EngineWorker:
             seqs: list[SequenceState] = []
             try:
                 self._join(batch, job, seqs)
+                self._note_progress()
                 job.mark_admitted()
             except Exception as exc:
                 for seq in seqs:
@@ -247,6 +248,15 @@ class EngineWorker:
                 job.runs.append(seq.stats)
                 self._running[id(seq)] = (job, seq, p * asked.n + i)
 
+    def _note_progress(self) -> None:
+        """Each job's first prompt's read so far (`Job.progress`), for streams that report it."""
+        now = time.monotonic()
+        for job, seq, index in self._running.values():
+            if index == 0:
+                done = seq.prompt_length if not seq.to_prefill else seq.cache.length
+                job.progress = (seq.prompt_length, seq.stats.cached_prompt_tokens, done,
+                                (now - job.created) * 1e3)
+
     def _leave_stopped(self, batch: Batch) -> None:
         """Cancelled and timed-out jobs leave the batch (the handler reports the timeout once it
         has read what was sent)."""
@@ -273,6 +283,7 @@ class EngineWorker:
             self._running.clear()
             return
         self.metrics.observe_step(batch.last_step)
+        self._note_progress()
         model = self.decoders.default.model
         for seq, chunk in results:
             job, _, index = self._running[id(seq)]
