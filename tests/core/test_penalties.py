@@ -42,9 +42,13 @@ def test_the_formula_biases_then_scales_seen_tokens_then_subtracts_counts():
     assert out.tolist() == [[0.0, 1.5, -1.0, -4.75]]
 
 
-def test_every_row_is_processed_with_the_counts_of_the_text_before_it():
-    """Row r of a tree equals the root row of a sequence that confirmed the path to it."""
-    p = Penalties(presence=0.3, frequency=0.7, repetition=1.5, bias=((2, -1.0), (5, 0.5)))
+@pytest.mark.parametrize("window", [0, 1, 3, 64], ids=["all", "window 1", "window 3",
+                                                       "window 64"])
+def test_every_row_is_processed_with_the_counts_of_the_text_before_it(window):
+    """Row r of a tree equals the root row of a sequence that confirmed the path to it (with a
+    window: the last tokens before each row, prompt included, however many the path brings)."""
+    p = Penalties(presence=0.3, frequency=0.7, repetition=1.5, bias=((2, -1.0), (5, 0.5)),
+                  window=window)
     tree = TokenTree(torch.tensor([2, 2, 5, 2, 7]), torch.tensor([-1, 0, 0, 1, -1]))
     logits = torch.randn(len(tree) + 1, 8, generator=torch.Generator().manual_seed(0))
     state = PenaltyState(p, prompt=[1, 2], vocab=8)
@@ -60,7 +64,18 @@ def test_every_row_is_processed_with_the_counts_of_the_text_before_it():
         assert torch.equal(rows[r], alone.apply(logits[r : r + 1], empty)[0]), r
 
 
+def test_a_window_counts_the_last_tokens_prompt_included_as_llamacpp_does():
+    p = Penalties(presence=0.5, frequency=0.25, repetition=2.0, window=3)
+    state = PenaltyState(p, prompt=[1, 2], vocab=4)
+    state.accept([0, 0, 3])  # the window: 0, 0, 3 (1 and 2 have left it)
+    out = state.apply(torch.tensor([[1.0, 3.0, -1.0, -2.0]]), TokenTree.chain(torch.tensor([])
+                                                                              .long()))
+    # 0: 1 / 2 - 0.25 * 2 - 0.5;  1, 2: out of the window;  3: -2 * 2 - 0.25 - 0.5
+    assert out.tolist() == [[-0.5, 3.0, -1.0, -4.75]]
+
+
 @pytest.mark.parametrize("kwargs, message", [
+    ({"window": -1}, "a penalty window must be >= 0"),
     ({"presence": 2.5}, "presence penalty must be in"),
     ({"frequency": -3.0}, "frequency penalty must be in"),
     ({"repetition": 0.0}, "repetition penalty must be > 0"),
@@ -90,11 +105,13 @@ def greedy_runs(drafter, limit, penalties=PENALTIES, target=None):
 
 
 def test_penalties_change_plain_greedy_output():
-    """The penalties here move the mock target's choices: the tests below would catch a stage
-    that ignored them."""
+    """The penalties here move the mock target's choices, and a window moves them again: the
+    tests below would catch a stage that ignored them."""
     with_them, without = greedy_runs(NoDrafter(), None), greedy_runs(NoDrafter(), None,
                                                                       Penalties())
-    assert [r.token_ids for r in with_them] != [r.token_ids for r in without]
+    windowed = greedy_runs(NoDrafter(), None, Penalties(**{**PENALTIES.__dict__, "window": 4}))
+    runs = [[r.token_ids for r in rs] for rs in (with_them, without, windowed)]
+    assert runs[0] != runs[1] and runs[2] != runs[0]
 
 
 @pytest.mark.parametrize("drafter, limit", [
@@ -102,9 +119,12 @@ def test_penalties_change_plain_greedy_output():
     (FixedDrafter([5, 1, 5, 1, 2]), DraftLimit(5, 5)),
     (suffix_drafter(), DraftLimit(8, 4)),
 ], ids=["lookup", "fixed", "suffix-tree"])
-def test_greedy_speculative_output_with_penalties_equals_plain_greedy_with_them(drafter, limit):
-    plain = greedy_runs(NoDrafter(), None)
-    spec = greedy_runs(drafter, limit)
+@pytest.mark.parametrize("window", [0, 4], ids=["all", "window 4"])
+def test_greedy_speculative_output_with_penalties_equals_plain_greedy_with_them(drafter, limit,
+                                                                                window):
+    penalties = Penalties(**{**PENALTIES.__dict__, "window": window})
+    plain = greedy_runs(NoDrafter(), None, penalties)
+    spec = greedy_runs(drafter, limit, penalties)
     assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
     assert sum(r.stats.accepted for r in spec) > 0
 

@@ -14,6 +14,8 @@ in the prompt or that text, in vLLM's order:
   l(t) += bias(t)
   l(t)  = l(t) / r if l(t) > 0 else l(t) * r      when s(t)   (CTRL's repetition penalty r)
   l(t) -= frequency * c(t) + presence * [c(t) > 0]
+With a `window` (llama.cpp's `repeat_last_n`), c(t) counts t among the last `window` tokens before
+the row instead, prompt included, and s(t) is c(t) > 0: llama.cpp's penalties.
 Only the columns of tokens seen so far or drafted this step can change, so a step touches those
 columns of its rows, never the whole [N + 1, V] matrix.
 """
@@ -39,6 +41,7 @@ class Penalties:
     frequency: float = 0.0
     repetition: float = 1.0  # > 0; 1 is off, > 1 discourages repeats
     bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
+    window: int = 0  # > 0: counts over the last `window` tokens, prompt included (llama.cpp's)
 
     def __post_init__(self) -> None:
         low, high = PENALTY_RANGE
@@ -48,6 +51,8 @@ class Penalties:
                                             f"got {getattr(self, name)}")
         if not self.repetition > 0:
             raise InvalidParameterError(f"repetition penalty must be > 0, got {self.repetition}")
+        if self.window < 0:
+            raise InvalidParameterError(f"a penalty window must be >= 0, got {self.window}")
         low, high = BIAS_RANGE
         if any(not low <= value <= high for _, value in self.bias):
             raise InvalidParameterError(f"a logit bias must be in [{low:g}, {high:g}]")
@@ -83,15 +88,21 @@ class PenaltyState:
         for token, value in penalties.bias:
             self.bias[token] = value
         self.biased = torch.tensor(sorted({t for t, _ in penalties.bias}), dtype=torch.long)
+        # a window's tokens: the last `window` of the prompt and the confirmed text
+        self.recent = list(prompt[-penalties.window:]) if penalties.window else []
 
     def accept(self, tokens: list[int]) -> None:
         ids = torch.tensor(tokens, dtype=torch.long)
         self.counts.index_add_(0, ids, torch.ones(len(tokens)))
         self.seen[ids] = True
+        if self.penalties.window:
+            self.recent = (self.recent + list(tokens))[-self.penalties.window:]
 
     def apply(self, logits: torch.Tensor, tree: TokenTree) -> torch.Tensor:
         """logits [N + 1, V] of the rows [root, nodes] -> processed logits [N + 1, V], row r
         with the counts of the confirmed text and the path to it."""
+        if self.penalties.window:
+            return self._apply_windowed(logits, tree)
         columns = torch.unique(torch.cat([self.seen.nonzero().flatten(), self.biased,
                                           tree.tokens]))  # [C] the only columns that change
         # [N + 1, N]: node j is on row r's path; [N, C]: node j's token is column c
@@ -103,3 +114,25 @@ class PenaltyState:
         out[:, columns] = self.penalties.penalize(logits[:, columns] + self.bias[columns],
                                                   counts, seen)
         return out
+
+    def _apply_windowed(self, logits: torch.Tensor, tree: TokenTree) -> torch.Tensor:
+        """`apply` with a window: row r counts the last `window` tokens of the confirmed text and
+        the path to it (a tree's nodes come after their parents, so a path is in node order)."""
+        window = self.penalties.window
+        columns = torch.unique(torch.cat([torch.tensor(self.recent, dtype=torch.long),
+                                          self.biased, tree.tokens]))  # [C]
+        column = {int(t): i for i, t in enumerate(columns.tolist())}
+        on_path = tree.row_ancestors[:, 1:]  # [N + 1, N]
+        counts = torch.zeros(on_path.shape[0], columns.shape[0])  # [N + 1, C]
+        for r in range(on_path.shape[0]):
+            path = tree.tokens[on_path[r]].tolist()
+            kept = window - len(path)
+            tokens = (self.recent[-kept:] if kept > 0 else []) + path[-window:]
+            if tokens:
+                counts[r] = torch.bincount(torch.tensor([column[t] for t in tokens]),
+                                           minlength=columns.shape[0]).float()
+        out = logits.clone()
+        out[:, columns] = self.penalties.penalize(logits[:, columns] + self.bias[columns],
+                                                  counts, counts > 0)
+        return out
+

@@ -142,7 +142,6 @@ def test_props_report_the_model_its_context_and_the_completion_defaults(http, se
 @pytest.mark.parametrize("field,value", [
     ("mirostat", 2), ("typical_p", 0.5), ("post_sampling_probs", True), ("ignore_eos", True),
     ("dry_multiplyer", 0.0), ("lora", [{"id": 0, "scale": 1.0}]),
-    ("repeat_penalty", 1.1),  # llama.cpp's window of the last 64 tokens
 ])
 def test_a_field_the_engine_cannot_honour_is_refused_by_name(http, field, value):
     r = http.post("/completion", json={"prompt": PROMPT, "n_predict": 2, field: value})
@@ -181,8 +180,6 @@ def test_openai_routes_honour_llamacpps_limit_penalty_and_n_probs(http):
         "temperature": 0})
     content = r.json()["choices"][0]["logprobs"]["content"]
     assert len(content) <= 3 and all(len(c["top_logprobs"]) == 2 for c in content)
-    r = http.post("/v1/completions", json={**ask, "max_tokens": 3, "repeat_penalty": 1.3})
-    assert "repeat_last_n" in assert_openai_error(r, 400)["message"]
 
 
 def test_an_answer_carries_its_prompt_as_the_model_read_it(http, reference_model):
@@ -263,3 +260,37 @@ def test_return_progress_reports_the_prompts_read_before_the_first_token(slow_de
     assert not any("prompt_progress" in e for e in plain)
     text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
     assert text == "".join(e["choices"][0]["text"] for e in plain if e["choices"])
+
+
+@pytest.mark.real_model
+def test_llamacpps_penalties_count_its_window_as_plain_decoding_does(default_model):
+    """repeat_penalty, presence and frequency over the last repeat_last_n tokens, prompt
+    included (llama.cpp's penalties), on /completion and the OpenAI routes alike: the library's
+    plain decoding with that window, speculative or not (SmolLM2-135M, whose answer the window
+    changes)."""
+    from specdecode.core.penalties import Penalties
+
+    ids = default_model.tokenize(PROMPT, add_special=True, parse_special=True)
+    penalties = Penalties(presence=0.4, frequency=0.3, repetition=1.3, window=8)
+    ref = SpecDecoder(default_model, "ar").generate(ids, max_new_tokens=12, temperature=0.0,
+                                                    penalties=penalties)
+    fields = {"repeat_penalty": 1.3, "repeat_last_n": 8, "presence_penalty": 0.4,
+              "frequency_penalty": 0.3}
+    with running(create_app(default_model)) as srv, httpx.Client(base_url=srv.url,
+                                                                 timeout=60) as c:
+        answers = [c.post("/completion", json={"prompt": PROMPT, "n_predict": 12,
+                                               "temperature": 0, **fields,
+                                               "speculative": {"method": m}}).json()["content"]
+                   for m in ("ar", "lookup")]
+        answers.append(c.post("/v1/completions", json={
+            "prompt": PROMPT, "max_tokens": 12, "temperature": 0, **fields}).json()[
+            "choices"][0]["text"])
+        # OpenAI's and vLLM's counts: the generated text, no window
+        unwindowed = c.post("/v1/completions", json={
+            "prompt": PROMPT, "max_tokens": 12, "temperature": 0, "presence_penalty": 0.4,
+            "frequency_penalty": 0.3, "repetition_penalty": 1.3}).json()["choices"][0]["text"]
+        default = c.post("/completion", json={"prompt": PROMPT, "n_predict": 2,
+                                               "repeat_penalty": 1.3}).json()
+    assert answers == [ref.text] * 3 and unwindowed != ref.text
+    assert default["generation_settings"]["repeat_last_n"] == 64
+

@@ -13,7 +13,6 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from ...core.engine import Chunk
-from ...core.penalties import Penalties
 from . import openai_format
 from .errors import APIError
 from .llamacpp_format import (STOP_TYPES, Answer, probabilities, result, settings, sse_event,
@@ -206,8 +205,8 @@ async def engine_request(state: ServerState, body: LlamaCppRequest,
         bias += await state.worker.call(lambda: [
             (t, value) for text, value in texts
             for t in model.tokenize(text, add_special=False, parse_special=True)])
-    penalties = Penalties(body.presence_penalty, body.frequency_penalty,
-                          body.repeat_penalty_over(1.0), tuple(bias))
+    penalties = body.penalties_of(body.presence_penalty, body.frequency_penalty, 1.0,
+                                  tuple(bias), llamacpp=True)
     n = body.n_cmpl if body.temperature > 0 else 1
     if len(prepares) * n > state.worker.max_batch:
         raise APIError(400, f"{len(prepares)} prompt(s) x n_cmpl={n} make {len(prepares) * n} "

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .llamacpp_schemas import LlamaCppRequest
+from .llamacpp_schemas import DEFAULT_REPEAT_LAST_N, LlamaCppRequest
 
 # llama.cpp's stop_type: the model's end, a stop string, the token limit (or a rule of its own)
 STOP_TYPES = {"stop": "eos", "length": "limit"}
@@ -51,7 +51,9 @@ def settings(body: LlamaCppRequest, context_length: int) -> dict:
             "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p,
             "min_p": body.min_p, "seed": body.seed if body.seed is not None else -1,
             "stop": body.stop, "n_indent": body.n_indent, "n_probs": body.n_probs or 0,
-            "repeat_penalty": body.repeat_penalty_over(1.0),
+            "repeat_penalty": body.repeat_penalty if body.repeat_penalty is not None else 1.0,
+            "repeat_last_n": (DEFAULT_REPEAT_LAST_N if body.repeat_last_n is None
+                              else body.repeat_last_n),
             "presence_penalty": body.presence_penalty,
             "frequency_penalty": body.frequency_penalty, "stream": body.stream}
 

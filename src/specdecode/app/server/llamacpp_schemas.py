@@ -14,10 +14,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...core.logprobs import MAX_TOP_LOGPROBS
-from ...core.penalties import BIAS_RANGE, PENALTY_RANGE
+from ...core.penalties import BIAS_RANGE, PENALTY_RANGE, Penalties
 from .schema_base import (MAX_STOP_STRINGS, SEED_MAX, Number, SpeculativeOptions, Strict,
                           check_bias)
 
+DEFAULT_REPEAT_LAST_N = 64  # llama.cpp's window of the penalties
+WHOLE_CONTEXT = 1 << 31  # a window no context reaches past (llama.cpp's -1)
 # llama.cpp's samplers that are not this engine's, each accepted at the value that turns it off
 SAMPLERS_OFF: dict[str, float] = {"typical_p": 1.0, "dynatemp_range": 0.0, "mirostat": 0,
                                   "dry_multiplier": 0.0, "xtc_probability": 0.0}
@@ -29,8 +31,8 @@ SAMPLER_SETTINGS = ("dynatemp_exponent", "mirostat_tau", "mirostat_eta", "dry_ba
 
 class LlamaCppExtensions(Strict):
     """llama.cpp's fields that its clients send to every generation route. Honoured: the token
-    limit (`n_predict`, -1: none), the repetition penalty by llama.cpp's name and its top-token
-    count (`n_probs`: alternatives per token, as logprobs), and `return_progress` (a stream
+    limit (`n_predict`, -1: none), the penalties as llama.cpp counts them (`repeat_penalty`,
+    `repeat_last_n`), its top-token count (`n_probs`: alternatives per token, as logprobs), and `return_progress` (a stream
     reports its prompt's read, `prompt_progress`, before its first token). Accepted as the hints
     they are:
     `cache_prompt` (prompts are kept in the prefix cache whatever it says), `id_slot` (there are
@@ -38,7 +40,7 @@ class LlamaCppExtensions(Strict):
 
     n_predict: int | None = Field(None, ge=-1)
     repeat_penalty: Number | None = Field(None, gt=0)
-    repeat_last_n: int | None = Field(None, ge=-1)  # -1: the whole context; 0: penalty off
+    repeat_last_n: int | None = Field(None, ge=-1)  # -1: the whole context; 0: penalties off
     n_probs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     cache_prompt: bool | None = None
     id_slot: int | None = None
@@ -46,13 +48,7 @@ class LlamaCppExtensions(Strict):
     return_progress: bool = False
 
     @model_validator(mode="after")
-    def _repeat_window(self) -> "LlamaCppExtensions":
-        # this engine's repetition penalty reads every token before the one it scores (prompt
-        # and answer, as vLLM's does); llama.cpp's reads the last repeat_last_n (default 64)
-        if self.repeat_penalty not in (None, 1.0) and self.repeat_last_n not in (-1, 0):
-            raise ValueError("repeat_penalty needs repeat_last_n: -1 (the whole context, which "
-                             "is how this server applies it) or 0 (off); a window of the last "
-                             "n tokens is not supported")
+    def _one_repetition_penalty(self) -> "LlamaCppExtensions":
         other = getattr(self, "repetition_penalty", 1.0)
         if self.repeat_penalty not in (None, 1.0) and other not in (1.0, self.repeat_penalty):
             raise ValueError("give one of repeat_penalty and repetition_penalty")
@@ -62,11 +58,20 @@ class LlamaCppExtensions(Strict):
     def n_predict_limit(self) -> int | None:
         return None if self.n_predict in (None, -1) else self.n_predict
 
-    def repeat_penalty_over(self, other: float) -> float:
-        """The repetition penalty: llama.cpp's when given and on, else `other`."""
-        if self.repeat_penalty is None or self.repeat_last_n == 0:
-            return other
-        return self.repeat_penalty
+    def penalties_of(self, presence: float, frequency: float, repetition: float,
+                     bias: tuple[tuple[int, float], ...], llamacpp: bool = False) -> Penalties:
+        """The request's penalties. llama.cpp's (on its own routes, `llamacpp`, or wherever its
+        `repeat_penalty` or `repeat_last_n` is given): all three count the last `repeat_last_n`
+        tokens before a row, prompt included (default 64; -1: the whole context; 0: none);
+        otherwise OpenAI's and vLLM's (`core.penalties`)."""
+        if not (llamacpp or self.repeat_penalty is not None or self.repeat_last_n is not None):
+            return Penalties(presence, frequency, repetition, bias)
+        window = DEFAULT_REPEAT_LAST_N if self.repeat_last_n is None else self.repeat_last_n
+        if window == 0:
+            return Penalties(bias=bias)
+        repeat = self.repeat_penalty if self.repeat_penalty is not None else repetition
+        return Penalties(presence, frequency, repeat, bias,
+                         window=WHOLE_CONTEXT if window == -1 else window)
 
 
 class LlamaCppRequest(LlamaCppExtensions):

@@ -137,9 +137,9 @@ class GenerationRequest(LlamaCppExtensions):
 
     @property
     def penalties(self) -> Penalties:
-        return Penalties(self.presence_penalty, self.frequency_penalty,
-                         self.repeat_penalty_over(self.repetition_penalty),
-                         tuple((int(k), v) for k, v in (self.logit_bias or {}).items()))
+        return self.penalties_of(self.presence_penalty, self.frequency_penalty,
+                                 self.repetition_penalty,
+                                 tuple((int(k), v) for k, v in (self.logit_bias or {}).items()))
 
     @property
     def token_limit(self) -> int | None:
