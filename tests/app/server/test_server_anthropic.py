@@ -241,3 +241,22 @@ def test_a_stream_starts_once_its_prompt_is_checked_and_pings_through_a_slow_pre
         r = httpx.post(srv.v1 + "/messages", json={**body, "messages": [
             {"role": "user", "content": "word " * 300}]}, timeout=60)
         assert r.status_code == 400 and "context window" in r.json()["error"]["message"]
+
+
+def test_an_earlier_turns_thinking_is_passed_to_the_template_as_its_reasoning(server, model_id):
+    from specdecode.app.server.anthropic_schemas import Message
+
+    turn = Message(role="assistant", content=[
+        {"type": "thinking", "thinking": "A fox story.", "signature": "sig"},
+        {"type": "redacted_thinking", "data": "opaque"}, {"type": "text", "text": "Once..."}])
+    assert turn.to_template() == [{"role": "assistant", "content": "Once...",
+                                   "reasoning_content": "A fox story."}]
+    plain = [*MESSAGES, {"role": "assistant", "content": "Once..."},
+             {"role": "user", "content": "Go on."}]
+    replayed = [*MESSAGES, {"role": "assistant", "content": turn.model_dump()["content"]},
+                {"role": "user", "content": "Go on."}]
+    counts = [httpx.post(server.v1 + "/messages/count_tokens", headers={"x-api-key": "sekrit"},
+                         json={"model": model_id, "messages": m}, timeout=60).json()
+              for m in (plain, replayed)]
+    # this model's template writes no reasoning: the same prompt
+    assert counts[0] == counts[1] and counts[0]["input_tokens"] > 0

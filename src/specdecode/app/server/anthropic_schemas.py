@@ -55,10 +55,18 @@ def _block(block: Any) -> dict:
             and extra <= {"tool_use_id", "content", "is_error"}:
         content = _text_of(block.get("content", ""), "a tool_result's content")
         return {"type": "tool_result", "tool_use_id": block["tool_use_id"], "content": content}
-    if kind in ("text", "tool_use", "tool_result"):
+    # an earlier turn's reasoning, as a client replays it (from a model that reasons): passed
+    # to the template as the turn's reasoning_content (templates of models that reason write
+    # it); a redacted one has no text to pass
+    if kind == "thinking" and isinstance(block.get("thinking"), str) \
+            and extra <= {"thinking", "signature"}:
+        return {"type": "thinking", "thinking": block["thinking"]}
+    if kind == "redacted_thinking" and extra <= {"data"}:
+        return {"type": "redacted_thinking"}
+    if kind in ("text", "tool_use", "tool_result", "thinking"):
         raise ValueError(f"a {kind} block has missing, extra or mistyped fields")
     raise ValueError(f"content blocks of type {kind!r} are not supported by this server "
-                     "(text, tool_use and tool_result are)")
+                     "(text, tool_use, tool_result and thinking are)")
 
 
 class Message(Strict):
@@ -84,8 +92,10 @@ class Message(Strict):
             calls = [{"id": b["id"], "type": "function", "function": {
                 "name": b["name"], "arguments": json.dumps(b["input"], ensure_ascii=False)}}
                 for b in self.content if b["type"] == "tool_use"]
-            return [{"role": "assistant", "content": text, **({"tool_calls": calls} if calls
-                                                                else {})}]
+            reasoning = "".join(b["thinking"] for b in self.content if b["type"] == "thinking")
+            return [{"role": "assistant", "content": text,
+                     **({"tool_calls": calls} if calls else {}),
+                     **({"reasoning_content": reasoning} if reasoning else {})}]
         results = [{"role": "tool", "tool_call_id": b["tool_use_id"], "content": b["content"]}
                    for b in self.content if b["type"] == "tool_result"]
         return results + ([{"role": "user", "content": text}] if text or not results else [])
