@@ -60,6 +60,10 @@ def _running_replicas() -> int:
 METRICS_PORT = free_port()
 
 
+def _deploy(port: int) -> None:
+    ray_serve.run_deployment(_serve_args("--ray", "--replicas", "2", "--port", str(port)))
+
+
 @pytest.fixture(scope="module")
 def ray_url():
     assert not _ray_processes(), "a Ray instance is already running on this machine"
@@ -67,7 +71,7 @@ def ray_url():
     try:
         with ray_serve.ray_instance(num_cpus=2, log_to_driver=False,
                                     _metrics_export_port=METRICS_PORT):
-            ray_serve.run_deployment(_serve_args("--ray", "--replicas", "2", "--port", str(port)))
+            _deploy(port)
             yield f"http://127.0.0.1:{port}"
     finally:
         deadline = time.monotonic() + 30
@@ -246,7 +250,8 @@ def test_rays_own_serve_run_builds_the_deployments_from_serves_arguments():
 
 
 def test_shutting_down_lets_a_request_in_flight_finish(ray_url):
-    """Last in this module: it deletes the deployment."""
+    """It deletes the deployment, then deploys it again for the module's other tests (which run
+    in any order)."""
     async def stream_then_delete() -> str:
         async with httpx.AsyncClient(base_url=ray_url, timeout=120) as client:
             body = {"messages": [{"role": "user", "content": PROMPTS[2]}], "max_tokens": 96,
@@ -264,5 +269,6 @@ def test_shutting_down_lets_a_request_in_flight_finish(ray_url):
             return events
 
     events = asyncio.run(stream_then_delete())
+    _deploy(int(ray_url.rsplit(":", 1)[1]))
     assert events[-1] == "[DONE]" and not any(e.startswith('{"error"') for e in events)
     assert json.loads(events[-2])["choices"][0]["finish_reason"] in ("length", "stop")
