@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import openai
 import pytest
 
 from specdecode.models import load_model
@@ -41,3 +42,16 @@ def slow_model(tiny_real_vocab_model):
 @pytest.fixture
 def slow_decoder(slow_model):
     return SpecDecoder(slow_model, "ar")
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """The official `openai` client on the module's `server` (a module may define its own)."""
+    with openai.OpenAI(base_url=server.v1, api_key="x", max_retries=0, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def model_id(client):
+    return client.models.list().data[0].id
+

@@ -22,17 +22,6 @@ def server(served_model):
         yield srv
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=server.v1, api_key="x", max_retries=0, timeout=60) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def model_id(client):
-    return client.models.list().data[0].id
-
-
 def reference(model, prompt, method="lookup", chat=False, **kwargs):
     kwargs = {"max_new_tokens": 24, "temperature": 0.0, **kwargs}
     return SpecDecoder(model, method).generate(prompt, chat=chat, **kwargs)

@@ -27,17 +27,6 @@ def server(served_model):
         yield srv
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    with openai.OpenAI(base_url=server.v1, api_key="x", max_retries=0, timeout=60) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def model_id(client):
-    return client.models.list().data[0].id
-
-
 def test_a_response_is_the_chat_completions_answer_to_the_same_conversation(client, model_id):
     reply = client.responses.create(model=model_id, input=QUESTION, instructions="Be terse.",
                                     max_output_tokens=12, temperature=0)
