@@ -252,7 +252,8 @@ class EngineWorker:
         """Each job's first prompt's read so far (`Job.progress`), for streams that report it."""
         now = time.monotonic()
         for job, seq, index in self._running.values():
-            if index == 0:
+            # a read prompt's progress is final: the decode steps after it skip the job
+            if index == 0 and (job.progress is None or job.progress[2] < job.progress[0]):
                 done = seq.prompt_length if not seq.to_prefill else seq.cache.length
                 job.progress = (seq.prompt_length, seq.stats.cached_prompt_tokens, done,
                                 (now - job.created) * 1e3)
