@@ -238,9 +238,9 @@ def test_llamacpps_response_formats_and_an_assistants_reasoning_are_taken(http):
 
 def test_return_progress_reports_the_prompts_read_before_the_first_token(slow_decoder,
                                                                         monkeypatch):
-    from specdecode.app.server import openai_api
+    from specdecode.app.server import streaming
 
-    monkeypatch.setattr(openai_api, "PROGRESS_POLL_SECONDS", 0.005)  # see every chunk's step
+    monkeypatch.setattr(streaming, "PROGRESS_POLL_SECONDS", 0.005)  # see every chunk's step
     prompt = "the fox and the dog " * 22  # past one prefill chunk of the tiny model
     with running(create_app(slow_decoder)) as srv, httpx.Client(base_url=srv.url,
                                                                 timeout=60) as c:
@@ -260,6 +260,56 @@ def test_return_progress_reports_the_prompts_read_before_the_first_token(slow_de
     assert not any("prompt_progress" in e for e in plain)
     text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
     assert text == "".join(e["choices"][0]["text"] for e in plain if e["choices"])
+
+
+def test_timings_per_token_times_a_chat_streams_chunks_and_its_end(http):
+    events = [json.loads(e) for e in read_events(http.send(http.build_request(
+        "POST", "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True},
+            "timings_per_token": True}), stream=True)) if e != "[DONE]"]
+    opening, chunks, end = events[0], events[1:-1], events[-1]
+    assert opening["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    assert "timings" not in opening and chunks and all("timings" in c for c in chunks)
+    assert end["choices"] == [] and end["timings"]["predicted_n"] == (
+        end["usage"]["completion_tokens"])
+    assert end["timings"]["prompt_n"] + end["timings"]["cache_n"] == end["usage"]["prompt_tokens"]
+
+
+def test_a_responses_stream_reports_its_prompts_read_and_timings_when_asked(http):
+    body = {"input": "Say hi", "max_output_tokens": 5, "temperature": 0, "stream": True}
+    asked = [json.loads(e) for e in read_events(http.send(http.build_request(
+        "POST", "/v1/responses", json={**body, "return_progress": True,
+                                       "timings_per_token": True}), stream=True))]
+    plain = [json.loads(e) for e in read_events(http.send(http.build_request(
+        "POST", "/v1/responses", json=body), stream=True))]
+    reads = [e["prompt_progress"] for e in asked if "prompt_progress" in e]
+    completed = asked[-1]
+    assert reads and reads[-1]["processed"] == reads[-1]["total"] == (
+        completed["response"]["usage"]["input_tokens"])
+    assert all(e["type"] == "response.in_progress" for e in asked if "prompt_progress" in e)
+    deltas = [e for e in asked if e["type"] == "response.output_text.delta"]
+    assert deltas and all("timings" in e for e in deltas)
+    assert completed["timings"]["predicted_n"] == completed["response"]["usage"]["output_tokens"]
+    assert not any("timings" in e or "prompt_progress" in e for e in plain)
+    assert [e["sequence_number"] for e in asked] == list(range(len(asked)))
+
+
+def test_verbose_answers_carry_the_prompt_as_the_model_read_it(http, reference_model):
+    messages = [{"role": "system", "content": "Book"}, {"role": "user", "content": "Best?"}]
+    body = {"messages": messages, "max_tokens": 2}
+    answer = http.post("/v1/chat/completions", json={**body, "verbose": True}).json()
+    assert answer["__verbose"]["prompt"] == reference_model.chat_text(messages)
+    assert "__verbose" not in http.post("/v1/chat/completions", json=body).json()
+    streamed = http.post("/v1/chat/completions", json={**body, "verbose": True, "stream": True})
+    assert "verbose" in assert_openai_error(streamed, 400)["message"]
+
+
+def test_a_conversation_ending_in_two_assistant_messages_is_refused(http):
+    r = http.post("/v1/chat/completions", json={"max_tokens": 2, "messages": [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+        {"role": "assistant", "content": "there"}]})
+    assert "two assistant messages" in assert_openai_error(r, 400)["message"]
 
 
 @pytest.mark.real_model

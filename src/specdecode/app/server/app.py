@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from ...core.engine import Speculation
@@ -26,14 +25,12 @@ from ...errors import InvalidParameterError
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
 from . import anthropic_api, infill, llamacpp_api, openai_api, responses_api, tools
+from .cors import Cors
 from .errors import add_error_handlers
 from .guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
 from .metrics import RequestMetricsMiddleware, ServerMetrics
 from .state import ServerState, server_state
 from .worker import DecoderCache, EngineWorker
-
-
-LOCAL_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
 
 
 def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | None = None,
@@ -88,11 +85,7 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # counts 401 and 413
     if cors_origins:  # outermost: a browser's preflight carries no API key
-        # "localhost", as llama.cpp's server reads it: pages served from this machine, any port
-        local = LOCAL_ORIGINS if "localhost" in cors_origins else None
-        app.add_middleware(CORSMiddleware, allow_origins=[o for o in cors_origins
-                                                          if o != "localhost"],
-                           allow_origin_regex=local, allow_methods=["*"], allow_headers=["*"])
+        app.add_middleware(Cors, origins=cors_origins)
     add_error_handlers(app)
     _add_routes(app)
     for dialect in (openai_api, responses_api, anthropic_api, infill, llamacpp_api):

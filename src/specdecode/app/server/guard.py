@@ -2,7 +2,8 @@
 
 - With an API key, every request needs `Authorization: Bearer KEY` (OpenAI's and llama.cpp's
   clients) or `x-api-key: KEY` (Anthropic's); otherwise 401 in the error shape of the route's
-  dialect. Open: `/`, `/health` and `/metrics`, for probes and scrapers (every route that can
+  dialect (OpenAI's: type `authentication_error`, as llama.cpp's server says it; the openai
+  clients go by the status). Open: `/`, `/health` and `/metrics`, for probes and scrapers (every route that can
   generate, tokenize or describe the model is behind the key, with or without `/v1`).
 - A body over `max_body_bytes` gets 413 before it is parsed: at once from its Content-Length, or
   as soon as a body sent without one (chunked) has grown past it.
@@ -36,7 +37,7 @@ class RequestGuard:
         if self.api_key and path not in OPEN_PATHS and not self._authorized(headers):
             await _reply(send, path, 401, "Incorrect API key provided: send it as "
                          "`Authorization: Bearer KEY` or `x-api-key: KEY`", "invalid_api_key",
-                         {"www-authenticate": "Bearer"})
+                         {"www-authenticate": "Bearer"}, type="authentication_error")
             return
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_body_bytes:
@@ -89,8 +90,9 @@ def _replay(body: bytes, receive):
 
 
 async def _reply(send, path: str, status: int, message: str, code: str,
-                 extra_headers: dict[str, str] | None = None) -> None:
-    body = json.dumps(body_for(path, status, message, code=code)).encode()
+                 extra_headers: dict[str, str] | None = None,
+                 type: str = "invalid_request_error") -> None:
+    body = json.dumps(body_for(path, status, message, type, code=code)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.encode(), v.encode()) for k, v in (extra_headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})

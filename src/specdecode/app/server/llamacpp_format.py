@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.run_stats import RunStats
 from .llamacpp_schemas import DEFAULT_REPEAT_LAST_N, LlamaCppRequest
 
 # llama.cpp's stop_type: the model's end, a stop string, the token limit (or a rule of its own)
@@ -43,6 +44,14 @@ def timings(prompt_tokens: int, cached: int, predicted: int, prompt_seconds: flo
             "predicted_per_token_ms": predict_seconds * 1e3 / max(predicted, 1),
             "predicted_per_second": predicted / predict_seconds if predict_seconds else 0.0,
             "draft_n": stats.get("drafted", 0), "draft_n_accepted": stats.get("accepted", 0)}
+
+
+def run_timings(prompt_tokens: int, run: RunStats) -> dict:
+    """llama.cpp's timings of a run so far, or whole (`timings_per_token`): its prompt's read up
+    to the first token, its tokens after it."""
+    return timings(prompt_tokens, run.cached_prompt_tokens, run.new_tokens,
+                   run.first_token_seconds, max(run.wall_seconds - run.first_token_seconds, 0.0),
+                   run.to_dict())
 
 
 def settings(body: LlamaCppRequest, context_length: int) -> dict:

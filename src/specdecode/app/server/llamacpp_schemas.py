@@ -32,11 +32,12 @@ SAMPLER_SETTINGS = ("dynatemp_exponent", "mirostat_tau", "mirostat_eta", "dry_ba
 class LlamaCppExtensions(Strict):
     """llama.cpp's fields that its clients send to every generation route. Honoured: the token
     limit (`n_predict`, -1: none), the penalties as llama.cpp counts them (`repeat_penalty`,
-    `repeat_last_n`), its top-token count (`n_probs`: alternatives per token, as logprobs), and `return_progress` (a stream
-    reports its prompt's read, `prompt_progress`, before its first token). Accepted as the hints
-    they are:
-    `cache_prompt` (prompts are kept in the prefix cache whatever it says), `id_slot` (there are
-    no slots: requests share one batch) and `timings_per_token` (every answer is timed)."""
+    `repeat_last_n`), its top-token count (`n_probs`: alternatives per token, as logprobs),
+    `return_progress` (a stream reports its prompt's read, `prompt_progress`, before its first
+    token) and `timings_per_token` (a stream's chunks and its end carry llama.cpp's `timings`;
+    `/completion` times every answer). Accepted as the hints they are: `cache_prompt` (prompts
+    are kept in the prefix cache whatever it says) and `id_slot` (there are no slots: requests
+    share one batch)."""
 
     n_predict: int | None = Field(None, ge=-1)
     repeat_penalty: Number | None = Field(None, gt=0)

@@ -20,9 +20,10 @@ from . import infill, openai_format, tools
 from .errors import APIError
 from .request import EngineRequest
 from .openai_schemas import ChatCompletionRequest, CompletionRequest, GenerationRequest
-from .state import (ServerState, chat_prompt, compile_grammar, fim_ends, raw_prompt,
+from .state import (ServerState, chat_prompt, compile_grammar, fim_ends, ids_text, raw_prompt,
                     required_calls, server_state, speculative)
-from .streaming import DONE, JobStream, admitted, next_chunk, sse, stream_failed
+from .llamacpp_format import run_timings
+from .streaming import DONE, JobStream, PromptReads, admitted, next_chunk, sse, stream_failed
 from .job import Job
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -122,8 +123,8 @@ async def _generate(request: Request, body: GenerationRequest,
         event = (await admitted(job, request) if body.stream and body.return_progress
                  else await next_chunk(job, request))
         if body.stream:
-            return JobStream(_stream_events(job, event, fmt, body.include_usage_chunk,
-                                            tool_calls), job, state.metrics)
+            return JobStream(_stream_events(job, event, fmt, body, tool_calls), job,
+                             state.metrics)
         parts: list[list[Chunk]] = [[] for _ in range(job.choices)]
         while True:
             parts[event[0]].append(event[1])
@@ -137,7 +138,11 @@ async def _generate(request: Request, body: GenerationRequest,
     usage = openai_format.usage(job.prompt_tokens, [p[-1].stats for p in parts], job.decoder,
                                 job.budget, job.request.prediction,
                                 [[t for c in p for t in c.token_ids] for p in parts])
-    return JSONResponse(fmt.response(choices, usage))
+    answer = fmt.response(choices, usage)
+    if getattr(body, "verbose", False):  # llama.cpp's: the prompt as the model read it
+        answer["__verbose"] = {"prompt": await state.worker.call(
+            lambda: ids_text(state.model, job.prompt_ids[0]))}
+    return JSONResponse(answer)
 
 
 def _choice(fmt: openai_format.Formatter, job: Job, index: int, chunks: list[Chunk],
@@ -183,23 +188,24 @@ class _ChoiceStream:
 
 
 async def _stream_events(job: Job, event: tuple[int, Chunk] | None,
-                         fmt: openai_format.Formatter, usage_chunk: bool,
+                         fmt: openai_format.Formatter, body: GenerationRequest,
                          tool_calls: tuple[str, ...] = ()):
     """The SSE body: each choice's deltas and closing chunk (the last closing one with the
-    usage), [DONE]; with `event` None (`return_progress`), first the prompt's read as it goes.
-    An error after the headers were sent is reported as an `error` event, as the OpenAI API
+    usage, or a usage chunk after it), [DONE]; with `return_progress`, first the prompt's read
+    as it goes (`event` None: it is still being read). An error after the headers were sent is reported as an `error` event, as the OpenAI API
     does. With `tool_calls` (tool names), text that may start a tool call is held until it is
-    one (sent as a call: its name, then its arguments) or is not (sent as text)."""
+    one (sent as a call: its name, then its arguments) or is not (sent as text). With
+    `timings_per_token`, every chunk after the openings carries llama.cpp's `timings` of its
+    choice so far."""
     streams = [_ChoiceStream(tool_calls) for _ in range(job.choices)]
     last: dict[int, Chunk] = {}
+    timed, usage_chunk = body.timings_per_token, body.include_usage_chunk
     try:
-        sent = None  # the last prompt_progress reported
-        while event is None:
-            event = await job.next_event(poll=PROGRESS_POLL_SECONDS)
-            progress = _progress(job, done=event is not None)
-            if progress is not None and (sent is None or progress[2] > sent[2]):
-                sent = progress
-                yield sse(fmt.progress_chunk(*progress))
+        if body.return_progress:
+            reads = PromptReads(job, event)
+            async for progress in reads:
+                yield sse(fmt.progress_chunk(progress))
+            event = reads.event
         for opening in fmt.openings(job.choices):
             yield sse(opening)
         while True:
@@ -209,6 +215,8 @@ async def _stream_events(job: Job, event: tuple[int, Chunk] | None,
                 last[index] = chunk
             final = len(last) == job.choices  # its closing chunk carries the usage: sent below
             for obj in _chunk_events(fmt, job, index, chunk, streams[index], close=not final):
+                if timed:
+                    obj["timings"] = run_timings(job.prompt_tokens, job.runs[index])
                 yield sse(obj)
             if final:
                 break
@@ -218,27 +226,20 @@ async def _stream_events(job: Job, event: tuple[int, Chunk] | None,
                                     [s.ids for s in streams])
         # with include_usage, OpenAI's own last chunk carries it: once, so clients that add
         # usage up count it once
-        yield sse(fmt.chunk(index, finish_reason=_finish_reason(chunk, streams[index]),
-                            usage=None if usage_chunk else usage))
+        ends = [fmt.chunk(index, finish_reason=_finish_reason(chunk, streams[index]),
+                          usage=None if usage_chunk else usage)]
         if usage_chunk:
-            yield sse(fmt.usage_chunk(usage))
+            ends.append(fmt.usage_chunk(usage))
+        for obj in ends:
+            if timed:
+                obj["timings"] = run_timings(job.prompt_tokens, last[index].stats)
+            yield sse(obj)
         job.outcome = _finish_reason(chunk, streams[index])
     except Exception as exc:
         yield sse(stream_failed(job, exc).body())
     finally:
         job.cancel()
     yield DONE
-
-
-PROGRESS_POLL_SECONDS = 0.25
-
-
-def _progress(job: Job, done: bool) -> tuple[int, int, int, float] | None:
-    """The job's prompt's read so far (`Job.progress`); all of it once the first token came."""
-    progress = job.progress
-    if progress is None or not done:
-        return progress
-    return progress[0], progress[1], progress[0], progress[3]
 
 
 def _finish_reason(chunk: Chunk, stream: _ChoiceStream) -> str:

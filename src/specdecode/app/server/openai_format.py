@@ -85,11 +85,9 @@ class Formatter:
         """The chunks a stream starts with, before any text."""
         return []
 
-    def progress_chunk(self, total: int, cache: int, processed: int, ms: float) -> dict:
-        """llama.cpp's report of a prompt's read (`return_progress`): its tokens, those from the
-        prefix cache, those in the cache so far, the milliseconds since the request came."""
-        return {**self._head(self.chunk_object), "choices": [], "prompt_progress": {
-            "total": total, "cache": cache, "processed": processed, "time_ms": ms}}
+    def progress_chunk(self, progress: dict) -> dict:
+        """llama.cpp's report of a prompt's read (`return_progress`, `streaming.PromptReads`)."""
+        return {**self._head(self.chunk_object), "choices": [], "prompt_progress": progress}
 
 
 class ChatFormatter(Formatter):
@@ -110,9 +108,10 @@ class ChatFormatter(Formatter):
 
     def chunk(self, index: int = 0, text: str | None = None, finish_reason: str | None = None,
               role: bool = False, usage: dict | None = None) -> dict:
-        """A stream chunk of choice `index` with a text delta (the first: the role), or
-        (finish_reason) the choice's closing chunk."""
-        delta = {"role": "assistant", "content": ""} if role else {}
+        """A stream chunk of choice `index` with a text delta (the first: the role, its content
+        null as OpenAI's and llama.cpp's are, so a client that checks every delta's content is
+        text finds none empty), or (finish_reason) the choice's closing chunk."""
+        delta = {"role": "assistant", "content": None} if role else {}
         if text:
             delta["content"] = text
         choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}

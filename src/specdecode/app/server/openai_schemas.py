@@ -219,6 +219,7 @@ class ChatCompletionRequest(GenerationRequest):
     parallel_tool_calls: bool = True
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    verbose: bool = False  # llama.cpp's: the answer's `__verbose` has the prompt as read
 
     @field_validator("tool_choice")
     @classmethod
@@ -244,6 +245,11 @@ class ChatCompletionRequest(GenerationRequest):
         if self.add_generation_prompt == self.continue_final_message:
             raise ValueError("continue_final_message goes with add_generation_prompt: false, "
                              "and only with it")
+        # as llama.cpp's server: the answer is the turn after the last, or continues it
+        if len(self.messages) > 1 and {m.role for m in self.messages[-2:]} == {"assistant"}:
+            raise ValueError("messages end in two assistant messages: join them into one")
+        if self.verbose and self.stream:
+            raise ValueError("verbose is reported on whole responses, not streamed ones")
         return self
 
     @property

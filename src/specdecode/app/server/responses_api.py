@@ -26,7 +26,8 @@ from .errors import APIError
 from .request import EngineRequest
 from .responses_schemas import ResponsesRequest
 from .state import chat_prompt, compile_grammar, required_calls, server_state, speculative
-from .streaming import one_answer, stream_failed, written
+from .llamacpp_format import run_timings
+from .streaming import PromptReads, one_answer, stream_failed, written
 from .job import Job
 
 router = APIRouter()
@@ -177,8 +178,8 @@ def _usage(job: Job, last: Chunk) -> dict:
 class _Events:
     """The numbered events of one streamed response, and its items as they close."""
 
-    def __init__(self, answer: _Answer) -> None:
-        self.answer, self.number, self.items = answer, 0, []
+    def __init__(self, answer: _Answer, job: Job) -> None:
+        self.answer, self.job, self.number, self.items = answer, job, 0, []
         self.open_text: str | None = None  # the open message's text (None: no message open)
         self.message_id = ""
         self.last: Chunk | None = None  # the answer's last chunk, once it came
@@ -204,7 +205,13 @@ class _Events:
                                               "annotations": [], "logprobs": []})]
         self.open_text += delta
         return out + [self.event("response.output_text.delta", item_id=self.message_id,
-                                 **where, delta=delta, logprobs=[])]
+                                 **where, delta=delta, logprobs=[], **self.timings())]
+
+    def timings(self) -> dict:
+        """llama.cpp's timings of the answer so far, when the request asked for them."""
+        if not self.answer.body.timings_per_token:
+            return {}
+        return {"timings": run_timings(self.job.prompt_tokens, self.job.runs[0])}
 
     def close(self) -> list[str]:
         if self.open_text is None:
@@ -239,14 +246,20 @@ async def _events(job: Job, chunk: Chunk | None, answer: _Answer, names: tuple[s
     KEEPALIVE_SECONDS until the first token), each item's events, then response.completed (or
     .incomplete) with the whole response; an error after the headers were sent is
     response.failed."""
-    events = _Events(answer)
+    events = _Events(answer, job)
     try:
         yield events.event("response.created", response=answer.response("in_progress", []))
         yield events.event("response.in_progress", response=answer.response("in_progress", []))
+        if answer.body.return_progress:
+            reads = PromptReads(job, chunk and (0, chunk))
+            async for progress in reads:
+                yield events.event("response.in_progress", prompt_progress=progress,
+                                   response=answer.response("in_progress", []))
+            chunk = reads.event[1]
         async for line in written(job, chunk, names, events):
             yield line
         whole = answer.whole(events.items, job, events.last)
-        yield events.event(f"response.{whole['status']}", response=whole)
+        yield events.event(f"response.{whole['status']}", response=whole, **events.timings())
         job.outcome = whole["status"]
     except Exception as exc:
         error = stream_failed(job, exc)

@@ -118,6 +118,10 @@ class ResponsesRequest(Strict):
     service_tier: Literal["auto", "default", "flex", "priority"] | None = None
     truncation: Literal["disabled"] | None = None
     speculative: SpeculativeOptions | None = None  # extension, as on the chat routes
+    # llama.cpp's telemetry, as on the chat routes: the prompt's read in response.in_progress
+    # events before the first token; llama.cpp's timings on each text delta and the end
+    return_progress: bool = False
+    timings_per_token: bool | None = None
 
     @field_validator("input")
     @classmethod

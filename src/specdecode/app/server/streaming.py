@@ -67,6 +67,34 @@ async def admitted(job: Job, request: Request) -> tuple[int, Chunk] | None:
     return None
 
 
+PROGRESS_POLL_SECONDS = 0.25
+
+
+class PromptReads:
+    """llama.cpp's `return_progress`: the reads of a job's prompt as they advance, as llama.cpp's
+    `prompt_progress` objects (`Job.progress`: its tokens `total`, those from the prefix cache
+    `cache`, those read so far `processed`, the milliseconds since it came `time_ms`),
+    until its first event (`event`, set once the iteration ends), whose arrival reports the
+    whole prompt read (the one report when `event`, the first event, already came)."""
+
+    def __init__(self, job: Job, event: tuple[int, Chunk] | None) -> None:
+        self.job, self.event = job, event
+
+    async def __aiter__(self):
+        sent = None
+        while True:
+            if self.event is None:
+                self.event = await self.job.next_event(poll=PROGRESS_POLL_SECONDS)
+            progress = self.job.progress
+            if progress is not None and self.event is not None:
+                progress = progress[0], progress[1], progress[0], progress[3]
+            if progress is not None and (sent is None or progress[2] > sent[2]):
+                sent = progress
+                yield dict(zip(("total", "cache", "processed", "time_ms"), progress))
+            if self.event is not None:
+                return
+
+
 def stream_failed(job: Job, exc: Exception) -> APIError:
     """What a stream reports of an error after its headers were sent; the job stops and its
     stream's end is that error."""
