@@ -242,8 +242,8 @@ def test_return_progress_reports_the_prompts_read_before_the_first_token(slow_de
 
     monkeypatch.setattr(streaming, "PROGRESS_POLL_SECONDS", 0.005)  # see every chunk's step
     prompt = "the fox and the dog " * 22  # past one prefill chunk of the tiny model
-    with running(create_app(slow_decoder)) as srv, httpx.Client(base_url=srv.url,
-                                                                timeout=60) as c:
+    app = create_app(slow_decoder, prefix_cache_bytes=1 << 26)
+    with running(app) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         body = {"prompt": prompt, "max_tokens": 3, "temperature": 0, "stream": True,
                 "stream_options": {"include_usage": True}}
         events = [json.loads(e) for e in read_events(c.send(c.build_request(
@@ -251,6 +251,12 @@ def test_return_progress_reports_the_prompts_read_before_the_first_token(slow_de
             if e != "[DONE]"]
         plain = [json.loads(e) for e in read_events(c.send(c.build_request(
             "POST", "/v1/completions", json=body), stream=True)) if e != "[DONE]"]
+        again = [json.loads(e)["prompt_progress"] for e in read_events(c.send(c.build_request(
+            "POST", "/v1/completions", json={**body, "return_progress": True}), stream=True))
+            if e != "[DONE]" and "prompt_progress" in e]
+    # a kept prompt: its read starts at its cached tokens and ends at the whole
+    assert again[0]["cache"] == again[0]["processed"] > 0
+    assert again[-1]["processed"] == again[-1]["total"] > again[0]["cache"]
     reports = [e["prompt_progress"] for e in events if "prompt_progress" in e]
     total = events[-1]["usage"]["prompt_tokens"]
     assert len(reports) >= 2 and reports[0]["processed"] == reports[0]["cache"] == 0

@@ -74,23 +74,30 @@ class PromptReads:
     """llama.cpp's `return_progress`: the reads of a job's prompt as they advance, as llama.cpp's
     `prompt_progress` objects (`Job.progress`: its tokens `total`, those from the prefix cache
     `cache`, those read so far `processed`, the milliseconds since it came `time_ms`),
-    until its first event (`event`, set once the iteration ends), whose arrival reports the
-    whole prompt read (the one report when `event`, the first event, already came)."""
+    until its first event (`event`, set once the iteration ends): first the read's start
+    (`processed` = `cache`), then each advance, the last the whole prompt read, which the first
+    event's arrival reports (`event`: the first event when it already came)."""
 
     def __init__(self, job: Job, event: tuple[int, Chunk] | None) -> None:
         self.job, self.event = job, event
 
     async def __aiter__(self):
-        sent = None
+        sent = None  # (total, cache, processed, ms) last reported
         while True:
             if self.event is None:
                 self.event = await self.job.next_event(poll=PROGRESS_POLL_SECONDS)
             progress = self.job.progress
-            if progress is not None and self.event is not None:
-                progress = progress[0], progress[1], progress[0], progress[3]
-            if progress is not None and (sent is None or progress[2] > sent[2]):
-                sent = progress
-                yield dict(zip(("total", "cache", "processed", "time_ms"), progress))
+            if progress is None:  # not joined yet (or ended before it did: nothing to report)
+                if self.event is not None:
+                    return
+                continue
+            total, cache, processed, ms = progress
+            reports = [] if sent else [(total, cache, cache, ms)]  # the read's start first
+            reports.append((total, cache, total if self.event else processed, ms))
+            for report in reports:
+                if sent is None or report[2] > sent[2]:
+                    sent = report
+                    yield dict(zip(("total", "cache", "processed", "time_ms"), report))
             if self.event is not None:
                 return
 
