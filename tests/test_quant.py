@@ -6,11 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from gguf import GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize, quantize as gguf_quantize
 
 from specdecode import quant
 from specdecode.quant import FORMATS, QuantTensor, quantize, random_blocks
+
+
+@pytest.mark.parametrize("qtype", FORMATS)
+def test_the_kernels_format_table_agrees_with_ggufs_block_sizes_and_scale_fields(qtype):
+    fmt = FORMATS[qtype]
+    assert GGML_QUANT_SIZES[GGMLQuantizationType[qtype]] == (fmt.values, fmt.block_bytes)
+    assert fmt.fields[0][0] == "d" and fmt.values % fmt.per_scale == 0
+    assert (fmt.offset == 0) == any(name in ("m", "dmin") for name, _, _ in fmt.fields)
 
 
 @pytest.fixture

@@ -10,9 +10,11 @@ reader), for the paths that do not compute in a format and as the reference test
 from __future__ import annotations
 
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,31 +23,45 @@ BLOCK = 32  # values per scale of x in the kernels, and per block of the simple 
 SUPER = 256  # values per super-block of the K formats
 
 
+# the scale fields a header of each kind holds, in the order the kernels' panels keep them:
+# (name, numpy dtype, count); the kinds are qformats.h's `enum scales`
+SCALE_FIELDS = {
+    "SCALES_D": (("d", "float16", 1),),
+    "SCALES_DM": (("d", "float16", 1), ("m", "float16", 1)),
+    "SCALES_K": (("d", "float16", 1), ("dmin", "float16", 1), ("sc", "uint8", 8),
+                 ("mn", "uint8", 8)),
+    "SCALES_K16": (("d", "float16", 1), ("sc", "int8", 16)),
+}
+
+
 @dataclass(frozen=True)
 class Format:
-    """A block format's facts: bytes per block of `values` weights, u's bits, and the scale
-    fields a block (or super-block) carries, in the order the kernels' panels keep them
-    (each [rows, blocks, count] of dtype)."""
+    """A block format's facts, as the kernels' table states them (`BLOCK_FORMATS` in
+    kernels/csrc/qformats.h): bytes per GGUF block of `values` weights, u's bits, u's offset
+    (u = the stored signed value + offset; 0 where the format has a w0 field), values per scale D
+    (32, or 16), and the scale fields a block (or super-block) carries (`SCALE_FIELDS`)."""
 
     block_bytes: int
     values: int
     bits: int
-    fields: tuple[tuple[str, str, int], ...]  # (name, numpy dtype, count)
+    offset: int
+    per_scale: int
+    scales: str  # a kind of SCALE_FIELDS
+
+    @property
+    def fields(self) -> tuple[tuple[str, str, int], ...]:
+        """(name, numpy dtype, count) of each scale field, each [rows, blocks, count]."""
+        return SCALE_FIELDS[self.scales]
 
 
-FORMATS = {
-    "Q8_0": Format(34, BLOCK, 8, (("d", "float16", 1),)),
-    "Q4_0": Format(18, BLOCK, 4, (("d", "float16", 1),)),
-    "Q4_1": Format(20, BLOCK, 4, (("d", "float16", 1), ("m", "float16", 1))),
-    "Q5_0": Format(22, BLOCK, 5, (("d", "float16", 1),)),
-    "Q5_1": Format(24, BLOCK, 5, (("d", "float16", 1), ("m", "float16", 1))),
-    "Q4_K": Format(144, SUPER, 4, (("d", "float16", 1), ("dmin", "float16", 1),
-                                   ("sc", "uint8", 8), ("mn", "uint8", 8))),
-    "Q5_K": Format(176, SUPER, 5, (("d", "float16", 1), ("dmin", "float16", 1),
-                                   ("sc", "uint8", 8), ("mn", "uint8", 8))),
-    "Q6_K": Format(210, SUPER, 6, (("d", "float16", 1), ("sc", "int8", 16))),
-    "Q3_K": Format(110, SUPER, 3, (("d", "float16", 1), ("sc", "int8", 16))),
-}
+def _format_table() -> dict[str, Format]:
+    """The formats of the kernels' table: one `X(...)` line each."""
+    text = (Path(__file__).parent / "kernels" / "csrc" / "qformats.h").read_text()
+    lines = re.findall(r"\bX\((\w+), (\d+), (\d+), (\d+), (\d+), (\d+), (SCALES_\w+)\)", text)
+    return {name: Format(*map(int, numbers), scales) for name, *numbers, scales in lines}
+
+
+FORMATS = _format_table()
 
 
 def panel_bytes(qtype: str, in_features: int, rows: int) -> int:
@@ -105,27 +121,20 @@ class Decoded:
     def values(self) -> np.ndarray:
         """w = D u + w0, [O, I] fp32, computed as gguf's reader computes it."""
         f, (O, I) = self.fields, self.u.shape
-        u = self.u.astype(np.float32).reshape(O, I // self.per_scale(), self.per_scale())
+        fmt = FORMATS[self.qtype]
+        u = self.u.astype(np.float32).reshape(O, I // fmt.per_scale, fmt.per_scale)
         d = f["d"].astype(np.float32)
-        if self.qtype in ("Q4_K", "Q5_K"):
+        if fmt.scales == "SCALES_K":
             D = d * f["sc"].astype(np.float32)  # [O, supers, 8]
             w0 = -(f["dmin"].astype(np.float32) * f["mn"].astype(np.float32))
             w = D.reshape(O, -1, 1) * u + w0.reshape(O, -1, 1)
-        elif self.per_scale() == 16:  # a signed scale per 16 values
-            w = (d * f["sc"].astype(np.float32)).reshape(O, -1, 1) * (u - OFFSETS[self.qtype])
+        elif fmt.scales == "SCALES_K16":  # a signed scale per 16 values
+            w = (d * f["sc"].astype(np.float32)).reshape(O, -1, 1) * (u - fmt.offset)
         elif "m" in f:
             w = d * u + f["m"].astype(np.float32)
         else:
-            w = d * (u - OFFSETS[self.qtype])
+            w = d * (u - fmt.offset)
         return w.reshape(O, I)
-
-    def per_scale(self) -> int:
-        """Values a scale D covers: Q6_K and Q3_K keep one per 16, the others one per block."""
-        return 16 if self.qtype in ("Q6_K", "Q3_K") else BLOCK
-
-
-# u = the stored signed value + this
-OFFSETS = {"Q8_0": 128, "Q4_0": 8, "Q5_0": 16, "Q6_K": 32, "Q3_K": 4}
 
 
 def decode(t: QuantTensor) -> Decoded:

@@ -186,15 +186,13 @@ ALWAYS_INLINE void amx_share(struct amx_job *job, int thread, int threads, const
     free(unpacked);
 }
 
-#define AMX_TASK(F) \
+#define AMX_TASK(F, ...) \
     static void amx_task_##F(void *job, int thread, int threads) { \
         amx_share(job, thread, threads, F); \
     }
-AMX_TASK(Q8_0) AMX_TASK(Q4_0) AMX_TASK(Q4_1) AMX_TASK(Q5_0) AMX_TASK(Q5_1) AMX_TASK(Q4_K)
-AMX_TASK(Q5_K) AMX_TASK(Q6_K) AMX_TASK(Q3_K)
-static const task_fn AMX_TASKS[FORMATS] = {amx_task_Q8_0, amx_task_Q4_0, amx_task_Q4_1,
-                                           amx_task_Q5_0, amx_task_Q5_1, amx_task_Q4_K,
-                                           amx_task_Q5_K, amx_task_Q6_K, amx_task_Q3_K};
+#define AMX_TASK_ENTRY(F, ...) amx_task_##F,
+BLOCK_FORMATS(AMX_TASK)
+static const task_fn AMX_TASKS[FORMATS] = {BLOCK_FORMATS(AMX_TASK_ENTRY)};
 
 /* linear_quant in matrix tiles */
 int amx_linear(const float *x, const uint8_t *w, float *y, int64_t T, int64_t I, int64_t O,

@@ -1,17 +1,13 @@
 /* The block formats' facts and x's rounding, shared by qlinear.c (vector tiles) and amx.c (matrix
  * tiles): internal to the kernels, not part of their interface (kernels.h).
  *
- * Formats: u's bits, and D and w0 of each block of 32 (the K formats keep d, dmin per 256):
- *   Q8_0  8 (q + 128)  D = d       w0 = -128 d
- *   Q4_0  4            D = d       w0 = -8 d
- *   Q4_1  4            D = d       w0 = m
- *   Q5_0  5            D = d       w0 = -16 d
- *   Q5_1  5            D = d       w0 = m
- *   Q4_K  4            D = d sc    w0 = -dmin mn      (sc, mn: 6-bit integers per 32)
- *   Q5_K  5            as Q4_K
- *   Q6_K  6            D = d sc    w0 = -32 d sc      (sc: a signed byte per 16)
- *   Q3_K  3            D = d sc    w0 = -4 d sc       (sc: a signed 6-bit integer per 16)
- * A w0 that is an integer multiple of D (the "offset" below) is taken off the integer sum.
+ * A weight is w = D u + w0, D and w0 per block of 32 (per 16 where a format has two scales a
+ * block), from the scale fields of its block or super-block (BLOCK_FORMATS below):
+ *   SCALES_D   D = d       w0 = -offset d          Q8_0 (u = q + 128), Q4_0, Q5_0
+ *   SCALES_DM  D = d       w0 = m                  Q4_1, Q5_1
+ *   SCALES_K   D = d sc    w0 = -dmin mn           Q4_K, Q5_K (sc, mn: 6-bit integers per 32)
+ *   SCALES_K16 D = d sc    w0 = -offset d sc       Q6_K (sc: signed bytes per 16), Q3_K (6-bit)
+ * A w0 that is an integer multiple of D (the offset) is taken off the integer sum.
  *
  * Packed layout (kernels/native.py makes it): per panel of VL output rows and per super-block
  * (32 values, or 256 for the K formats), a header of the lanes' scales, then per block of 32:
@@ -25,8 +21,7 @@
  *     of u[16 + 4g + j], at bits 2g, 2g + 1, then one vector of the third bits as the 5-bit
  *     formats keep their fifth (bit g, bit 4 + g).
  * A lane's 4 bytes are then 4 consecutive k of one output row, and vdot4 takes x's 4 bytes
- * broadcast. Headers, VL numbers each: d (fp16); Q4_1, Q5_1: m (fp16); K formats: d, dmin
- * (fp16), sc[8], mn[8] (bytes); Q6_K, Q3_K: d (fp16), sc[16] (signed bytes).
+ * broadcast. Headers: the format's scale fields (`enum scales`), VL numbers each.
  */
 #ifndef SPECDECODE_QFORMATS_H
 #define SPECDECODE_QFORMATS_H
@@ -36,35 +31,78 @@
 
 #include "simd.h"
 
-/* the K formats (256 values a super-block) from Q4_K on */
-enum format { Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, FORMATS };
+/* Every block format the kernels compute in, one line each: the one list the enum, the names,
+ * the task tables of qlinear.c and amx.c and the facts below are made from, and that Python reads
+ * (quant.FORMATS) for the GGUF bytes it decodes and the panels it packs.
+ *   X(name, GGUF bytes per (super-)block, values per (super-)block, u's bits,
+ *     offset (u = the stored signed value + offset; 0: the format has a w0 field instead),
+ *     values per D (32, or 16: two scales a block), the header's scale fields (`scales`))
+ * Keep it one line per format and numbers only: Python parses it. */
+#define BLOCK_FORMATS(X)                       \
+    X(Q8_0, 34, 32, 8, 128, 32, SCALES_D)     \
+    X(Q4_0, 18, 32, 4, 8, 32, SCALES_D)       \
+    X(Q4_1, 20, 32, 4, 0, 32, SCALES_DM)      \
+    X(Q5_0, 22, 32, 5, 16, 32, SCALES_D)      \
+    X(Q5_1, 24, 32, 5, 0, 32, SCALES_DM)      \
+    X(Q4_K, 144, 256, 4, 0, 32, SCALES_K)     \
+    X(Q5_K, 176, 256, 5, 0, 32, SCALES_K)     \
+    X(Q6_K, 210, 256, 6, 32, 16, SCALES_K16)  \
+    X(Q3_K, 110, 256, 3, 4, 16, SCALES_K16)
+
+/* a header's scale fields, per lane, in this order (quant.SCALE_FIELDS states the same for the
+ * packing): SCALES_D: d (fp16); SCALES_DM: d, m (fp16); SCALES_K: d, dmin (fp16), sc[8], mn[8]
+ * (6-bit bytes); SCALES_K16: d (fp16), sc[16] (signed bytes) */
+enum scales { SCALES_D, SCALES_DM, SCALES_K, SCALES_K16 };
+
+#define FORMAT_ENUM(name, ...) name,
+enum format { BLOCK_FORMATS(FORMAT_ENUM) FORMATS };
+#undef FORMAT_ENUM
 #define BLOCK 32 /* values of x per scale dx, and of w per D */
 
-/* a format's facts (constants once the format is) */
-ALWAYS_INLINE int bits(int f) {
-    return f == Q8_0  ? 8
-           : f == Q6_K ? 6
-           : f == Q3_K ? 3
-           : f == Q5_0 || f == Q5_1 || f == Q5_K ? 5 : 4;
-}
-ALWAYS_INLINE int blocks_per_super(int f) { return f >= Q4_K ? 8 : 1; }
+/* a format's facts, from its line (constants once the format is: each is a switch that folds) */
+#define FORMAT_FACT(fact, column)                                                       \
+    ALWAYS_INLINE int fact(int f) {                                                     \
+        switch (f) { BLOCK_FORMATS(column) }                                            \
+        return 0;                                                                       \
+    }
+#define BITS_OF(n, bytes, values, bits, offset, per_d, scales) case n: return bits;
+#define VALUES_OF(n, bytes, values, bits, offset, per_d, scales) case n: return values;
+#define OFFSET_OF(n, bytes, values, bits, offset, per_d, scales) case n: return offset;
+#define PER_D_OF(n, bytes, values, bits, offset, per_d, scales) case n: return per_d;
+#define SCALES_OF(n, bytes, values, bits, offset, per_d, scales) case n: return scales;
+FORMAT_FACT(bits, BITS_OF)
+FORMAT_FACT(super_values, VALUES_OF)
+FORMAT_FACT(stored_offset, OFFSET_OF)
+FORMAT_FACT(values_per_d, PER_D_OF)
+FORMAT_FACT(scale_fields, SCALES_OF)
+#undef BITS_OF
+#undef VALUES_OF
+#undef OFFSET_OF
+#undef PER_D_OF
+#undef SCALES_OF
+#undef FORMAT_FACT
+
+ALWAYS_INLINE int blocks_per_super(int f) { return super_values(f) / BLOCK; }
 #ifdef VDOT4_CENTERED /* the instruction set dots Q8_0's (u - 128) x directly */
 #define Q8_OFFSET 0
 #else
 #define Q8_OFFSET 128
 #endif
-ALWAYS_INLINE int offset(int f) {
-    return f == Q8_0   ? Q8_OFFSET
-           : f == Q4_0 ? 8
-           : f == Q5_0 ? 16
-           : f == Q6_K ? 32
-           : f == Q3_K ? 4 : 0;
+/* what the integer sums take off: u's offset, but where the instruction set dots Q8_0's signed
+ * bytes directly */
+ALWAYS_INLINE int offset(int f) { return f == Q8_0 ? Q8_OFFSET : stored_offset(f); }
+ALWAYS_INLINE int has_w0(int f) {
+    return scale_fields(f) == SCALES_DM || scale_fields(f) == SCALES_K;
 }
-ALWAYS_INLINE int has_w0(int f) { return f == Q4_1 || f == Q5_1 || f == Q4_K || f == Q5_K; }
-ALWAYS_INLINE int halves(int f) { return f == Q6_K || f == Q3_K ? 2 : 1; } /* D per block of 32 */
+ALWAYS_INLINE int halves(int f) { return BLOCK / values_per_d(f); } /* D per block of 32 */
 /* bytes per lane: a super-block's header, a block's quants */
 ALWAYS_INLINE int header_bytes(int f) {
-    return f == Q4_K || f == Q5_K ? 20 : f == Q6_K || f == Q3_K ? 18 : has_w0(f) ? 4 : 2;
+    switch (scale_fields(f)) {
+    case SCALES_K: return 2 + 2 + 8 + 8;
+    case SCALES_K16: return 2 + 16;
+    case SCALES_DM: return 2 + 2;
+    default: return 2;
+    }
 }
 ALWAYS_INLINE int payload_bytes(int f) { return bits(f) == 8 ? 32 : 16 + 4 * (bits(f) - 4); }
 ALWAYS_INLINE int64_t super_bytes(int f) {
@@ -84,10 +122,10 @@ ALWAYS_INLINE void super_scales(const int f, const uint8_t *s, vf *d, vf *m) {
  * super_scales read */
 ALWAYS_INLINE void scales_of(const int f, const uint8_t *s, int64_t j, vf d, vf m, vf D[2],
                              vf *w0) {
-    if (f == Q4_K || f == Q5_K) {
+    if (scale_fields(f) == SCALES_K) {
         D[0] = D[1] = vmul(d, vload_u8(s + (4 + j) * VL));
         *w0 = vsub(vzero(), vmul(m, vload_u8(s + (12 + j) * VL)));
-    } else if (f == Q6_K || f == Q3_K) {
+    } else if (scale_fields(f) == SCALES_K16) {
         D[0] = vmul(d, vload_s8((const int8_t *)s + (2 + 2 * j) * VL));
         D[1] = vmul(d, vload_s8((const int8_t *)s + (3 + 2 * j) * VL));
         *w0 = m;

@@ -26,8 +26,8 @@
 #define QSTREAM_PANELS QMAX_PANELS
 #endif
 
-static const char *const FORMAT_NAMES[FORMATS] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-                                                  "Q4_K", "Q5_K", "Q6_K", "Q3_K"};
+#define FORMAT_NAME(name, ...) #name,
+static const char *const FORMAT_NAMES[FORMATS] = {BLOCK_FORMATS(FORMAT_NAME)};
 
 struct quantize_job {
     const float *x;
@@ -285,12 +285,11 @@ ALWAYS_INLINE void qlinear_share(const struct qlinear_job *job, int thread, int 
     }
 }
 
-#define TASK(F) \
+#define TASK(F, ...) \
     static void task_##F(void *job, int thread, int threads) { qlinear_share(job, thread, threads, F); }
-TASK(Q8_0) TASK(Q4_0) TASK(Q4_1) TASK(Q5_0) TASK(Q5_1) TASK(Q4_K) TASK(Q5_K) TASK(Q6_K)
-TASK(Q3_K)
-static const task_fn TASKS[FORMATS] = {task_Q8_0, task_Q4_0, task_Q4_1, task_Q5_0, task_Q5_1,
-                                       task_Q4_K, task_Q5_K, task_Q6_K, task_Q3_K};
+#define TASK_ENTRY(F, ...) task_##F,
+BLOCK_FORMATS(TASK)
+static const task_fn TASKS[FORMATS] = {BLOCK_FORMATS(TASK_ENTRY)};
 
 const char *kernel_format(int format) {
     return format >= 0 && format < FORMATS ? FORMAT_NAMES[format] : NULL;
