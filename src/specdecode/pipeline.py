@@ -107,6 +107,7 @@ class SpecDecoder:
         max_draft_depth: int | None = None,
         grammar: Grammar | None = None,
         prediction: str | list[int] | None = None,
+        sampled_logprobs: bool = False,
     ) -> Request:
         """One generation's request: a str prompt is tokenized (with the chat template unless
         chat=False), a list is token ids; `max_draft_nodes` / `max_draft_depth` replace the
@@ -117,12 +118,14 @@ class SpecDecoder:
         the output as the model's EOS does (a fill-in-the-middle's ends: `LoadedModel.fim`);
         `prediction` (text, or token ids) is what the output is expected to repeat, such as the
         file an edit rewrites: drafters that copy n-gram matches copy from it too (the output
-        is the same with or without it)."""
+        is the same with or without it); `sampled_logprobs`: logprobs of the distribution each
+        token was drawn from, not the model's (`GenerationConfig`)."""
         if isinstance(prediction, str):
             prediction = self.model.encode_text(prediction)
         config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p, min_p),
                                   seed, tuple(stop), frozenset(stop_token_ids), grammar, penalties,
-                                  logprobs, prompt_logprobs, tuple(prediction or ()))
+                                  logprobs, prompt_logprobs, tuple(prediction or ()),
+                                  sampled_logprobs)
         caps = self.caps(max_draft_nodes, max_draft_depth)
         limit = DraftLimit(caps.nodes, caps.depth, self.adaptive) if caps.nodes else None
         return Request(self.prompt_ids(prompt, chat), config, self.drafter, limit)

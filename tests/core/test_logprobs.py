@@ -16,7 +16,7 @@ from specdecode.core.batch import Request, generate_batch
 from specdecode.core.engine import Batch, collect, stream
 from specdecode.core.logprobs import token_logprobs
 from specdecode.core.penalties import Penalties
-from specdecode.core.sampling import SamplingParams
+from specdecode.core.sampling import SamplingParams, probabilities
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
@@ -77,6 +77,31 @@ def test_each_tokens_logprob_is_the_models_own_at_its_position(drafter, limit, c
         assert [[i for i, _ in lp.top] for lp in logprobs] == top.indices.tolist()
         torch.testing.assert_close(torch.tensor([[v for _, v in lp.top] for lp in logprobs]),
                                    top.values, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("drafter, limit", [
+    (NoDrafter(), None), (suffix_drafter(), DraftLimit(8, 4)),
+], ids=["plain", "suffix-tree"])
+def test_sampled_logprobs_are_the_distribution_each_token_was_drawn_from(drafter, limit):
+    """sampled_logprobs: the teacher-forced row after penalties, temperature and top-k, as the
+    sampler sees it (greedy: all on the token); only alternatives with a chance, speculative or
+    not."""
+    t, sampling, penalties = target(), SamplingParams(0.7, top_k=4), Penalties(frequency=0.5)
+    for prompt in PROMPTS:
+        result, logprobs, _ = run(t, prompt, drafter, limit, logprobs=TOP, seed=3,
+                                  sampling=sampling, penalties=penalties, sampled_logprobs=True)
+        assert [lp.token for lp in logprobs] == result.token_ids
+        raw = t.logits(t.hidden(t.new_cache(), torch.tensor((prompt + result.token_ids)[:-1])))
+        for k, lp in enumerate(logprobs):
+            counts = torch.bincount(torch.tensor(result.token_ids[:k], dtype=torch.long),
+                                    minlength=VOCAB).float()  # the frequency penalty's
+            row = raw[len(prompt) + k - 1] - penalties.frequency * counts
+            want = torch.log(probabilities(row[None], sampling))[0]
+            assert lp.logprob == pytest.approx(float(want[lp.token]), abs=1e-4)
+            assert len(lp.top) == 4 and all(v > -math.inf for _, v in lp.top)
+            assert sum(math.exp(v) for _, v in lp.top) == pytest.approx(1.0, abs=1e-4)
+        greedy = run(t, prompt, drafter, limit, logprobs=TOP, sampled_logprobs=True)[1]
+        assert all(lp.logprob == 0.0 and lp.top == ((lp.token, 0.0),) for lp in greedy)
 
 
 def test_speculative_logprobs_equal_plain_decodings():

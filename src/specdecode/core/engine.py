@@ -29,7 +29,7 @@ from .constraint import allowed, renormalize
 from .cost import MEASURED_ROWS, StepCost
 from .detokenize import IncrementalText
 from .drafter import EMPTY_DRAFT, Draft, Drafter
-from .logprobs import TokenLogprob, token_logprobs
+from .logprobs import TokenLogprob, sampled, token_logprobs
 from .masking import constrain, masks
 from .penalties import PenaltyState
 from .prefix_cache import PrefixCache
@@ -283,9 +283,11 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
     delta = seq.text.push(new) if seq.text else ""
     if seq.text and seq.text.stopped:
         seq.finish_reason = "stop"
-    # the confirmed tokens' (a final EOS too: it was chosen) from the raw rows that chose them
+    # the confirmed tokens' (a final EOS too: it was chosen) from the rows that chose them: raw,
+    # or as the token was drawn
     chunk = Chunk(new, delta, logprobs=None if seq.config.logprobs is None else token_logprobs(
-        logits[rows[:confirmed]], chosen[:confirmed], seq.config.logprobs))
+        (sampled(masked[rows[:confirmed]], seq.sampling) if seq.config.sampled_logprobs
+         else logits[rows[:confirmed]]), chosen[:confirmed], seq.config.logprobs))
     chunk.prompt_logprobs, seq.prompt_logprobs = seq.prompt_logprobs, None
     return chunk if seq.finish_reason is None else _finish(drafter, seq, chunk)
 

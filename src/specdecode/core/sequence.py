@@ -38,6 +38,10 @@ class GenerationConfig:
     # tokens the output is expected to repeat (OpenAI's predicted output): drafters that copy
     # n-gram matches copy from them as from the context; the output is the target's regardless
     reference: tuple[int, ...] = ()
+    # logprobs of the distribution each token was drawn from (after penalties, the grammar,
+    # temperature and truncation; greedy: all on the chosen token) instead of the model's own,
+    # alternatives with no chance left out (llama.cpp's post_sampling_probs)
+    sampled_logprobs: bool = False
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < (0 if self.prompt_logprobs is not None else 1):

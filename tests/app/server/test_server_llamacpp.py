@@ -6,6 +6,7 @@ fields the engine cannot honour are refused by name."""
 from __future__ import annotations
 
 import json
+import math
 
 import httpx
 import pytest
@@ -95,6 +96,28 @@ def test_n_probs_gives_each_tokens_probability_and_its_alternatives(http):
         assert bytes(p["bytes"]).decode("utf-8", "replace") == p["token"]
 
 
+def test_post_sampling_probs_are_the_distribution_each_token_was_drawn_from(http):
+    body = dict(prompt=PROMPT, n_predict=6, n_probs=10, temperature=1.0, top_k=3, top_p=1.0,
+                min_p=0.0, seed=7, return_tokens=True)
+    drawn = complete(http, **body, post_sampling_probs=True)
+    model = complete(http, **body)
+    assert drawn["tokens"] == model["tokens"]  # reporting changes no draw
+    for p, raw in zip(drawn["completion_probabilities"], model["completion_probabilities"]):
+        alternatives = p["top_probs"]
+        assert 0 < p["prob"] <= 1 and "logprob" not in p
+        assert len(alternatives) == 3 and all(a["prob"] > 0 for a in alternatives)
+        assert sum(a["prob"] for a in alternatives) == pytest.approx(1.0, abs=1e-4)
+        # top-k 3 renormalized: each of the three is its raw probability over theirs
+        top3 = raw["top_logprobs"][:3]
+        assert [a["id"] for a in alternatives] == [a["id"] for a in top3]
+        total = sum(math.exp(a["logprob"]) for a in top3)
+        assert alternatives[0]["prob"] == pytest.approx(math.exp(top3[0]["logprob"]) / total,
+                                                        abs=1e-4)
+    greedy = complete(http, prompt=PROMPT, n_predict=3, n_probs=5, post_sampling_probs=True)
+    assert all(p["prob"] == 1.0 and len(p["top_probs"]) == 1
+               for p in greedy["completion_probabilities"])
+
+
 def test_a_logit_bias_of_false_bans_the_tokens_of_a_text(http, reference_model):
     first = complete(http, prompt=PROMPT, n_predict=1, return_tokens=True)["tokens"][0]
     word = reference_model.decode([first])
@@ -140,7 +163,7 @@ def test_props_report_the_model_its_context_and_the_completion_defaults(http, se
 
 
 @pytest.mark.parametrize("field,value", [
-    ("mirostat", 2), ("typical_p", 0.5), ("post_sampling_probs", True), ("ignore_eos", True),
+    ("mirostat", 2), ("typical_p", 0.5), ("ignore_eos", True),
     ("dry_multiplyer", 0.0), ("lora", [{"id": 0, "scale": 1.0}]),
 ])
 def test_a_field_the_engine_cannot_honour_is_refused_by_name(http, field, value):

@@ -129,7 +129,8 @@ class Answers:
                                    first - self.arrived, self.last - first, stats),
                 "speculative": stats}
         if job.request.logprobs is not None:
-            base["completion_probabilities"] = probabilities(answer.entries, job.pieces)
+            base["completion_probabilities"] = probabilities(answer.entries, job.pieces,
+                                                           self.body.post_sampling_probs)
         return result(self.body, answer, base, prompts[index // job.request.n])
 
 
@@ -176,7 +177,8 @@ async def _events(job: Job, event: tuple[int, Chunk], answers: Answers, state: S
                            "tokens_predicted": len(answer.tokens),
                            "tokens_evaluated": len(job.prompt_ids[index // job.request.n])}
                 if job.request.logprobs is not None:
-                    partial["completion_probabilities"] = probabilities(entries, job.pieces)
+                    partial["completion_probabilities"] = probabilities(entries, job.pieces,
+                                                                        body.post_sampling_probs)
                 yield sse_event(partial)
             if answers.done:
                 break
@@ -216,6 +218,7 @@ async def engine_request(state: ServerState, body: LlamaCppRequest,
                          body.temperature, body.top_k, body.top_p, body.min_p,
                          body.sampling_seed, tuple(body.stop), stop_token_ids, penalties,
                          logprobs=body.n_probs or None,
+                         sampled_logprobs=body.post_sampling_probs,
                          grammar=await compile_grammar(state, body.output_format), n=n,
                          **speculative(body.speculative))
 

@@ -9,6 +9,7 @@ Its answers are compact JSON on one line: llama.vim accepts an answer only when 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,14 +68,19 @@ def settings(body: LlamaCppRequest, context_length: int) -> dict:
             "frequency_penalty": body.frequency_penalty, "stream": body.stream}
 
 
-def probabilities(entries: list[tuple[int, float, tuple]], pieces: dict[int, bytes]) -> list:
+def probabilities(entries: list[tuple[int, float, tuple]], pieces: dict[int, bytes],
+                  sampled: bool = False) -> list:
     """`completion_probabilities`: each token with its log-probability and its top
-    alternatives', their texts and bytes."""
+    alternatives', their texts and bytes; `sampled` (post_sampling_probs): of the distribution it
+    was drawn from, as probabilities (`prob`, `top_probs`), the alternatives with no chance left
+    out."""
     def one(token: int, logprob: float) -> dict:
         return {"id": token, "token": pieces[token].decode("utf-8", "replace"),
-                "bytes": list(pieces[token]), "logprob": logprob}
+                "bytes": list(pieces[token]),
+                **({"prob": math.exp(logprob)} if sampled else {"logprob": logprob})}
 
-    return [{**one(t, lp), "top_logprobs": [one(*a) for a in top]} for t, lp, top in entries]
+    top = "top_probs" if sampled else "top_logprobs"
+    return [{**one(t, lp), top: [one(*a) for a in alternatives]} for t, lp, alternatives in entries]
 
 
 def result(body: LlamaCppRequest, answer: Answer, base: dict, prompt: str | None = None

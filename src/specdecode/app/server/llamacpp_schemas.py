@@ -122,9 +122,6 @@ class LlamaCppRequest(LlamaCppExtensions):
                 raise ValueError(f"unknown field {name!r}")
         if self.lora:
             raise ValueError("lora adapters are not supported by this server")
-        if self.post_sampling_probs:
-            raise ValueError("post_sampling_probs is not supported: n_probs reports the "
-                             "model's probabilities before sampling")
         if self.ignore_eos:
             raise ValueError("ignore_eos is not supported: an answer ends where the model ends it")
         if self.json_schema is not None and self.grammar is not None:

@@ -31,6 +31,7 @@ class EngineRequest:
     penalties: Penalties = field(default_factory=Penalties)
     logprobs: int | None = None  # alternatives per generated token (None: no logprobs)
     prompt_logprobs: int | None = None  # the same for the prompt's tokens (None: not scored)
+    sampled_logprobs: bool = False  # logprobs as each token was drawn (`GenerationConfig`)
     prediction: list[int] | None = None  # OpenAI's predicted output, tokenized
     grammar: Grammar | None = None  # what the output must match, compiled by the dialect
     method: str | None = None  # the speculative method (None: the server's)
@@ -50,7 +51,7 @@ class EngineRequest:
                     seed=None if self.seed is None else self.seed + choice, stop=self.stop,
                     stop_token_ids=self.stop_token_ids, penalties=self.penalties,
                     logprobs=self.logprobs, prompt_logprobs=self.prompt_logprobs,
-                    prediction=self.prediction, grammar=self.grammar)
+                    sampled_logprobs=self.sampled_logprobs, prediction=self.prediction, grammar=self.grammar)
 
     def with_grammar(self, grammar: Grammar | None) -> "EngineRequest":
         return replace(self, grammar=grammar)
