@@ -160,6 +160,7 @@ def test_props_report_the_model_its_context_and_the_completion_defaults(http, se
     assert settings["params"]["temperature"] == 0.8 and settings["params"]["top_k"] == 40
     assert props["chat_template"] == served_model.tokenizer.chat_template
     assert props["modalities"] == {"vision": False, "audio": False}
+    assert props["model_path"] == str(served_model.source)  # a directory: no GGUF file behind it
 
 
 @pytest.mark.parametrize("field,value", [
@@ -373,3 +374,11 @@ def test_llamacpps_penalties_count_its_window_as_plain_decoding_does(default_mod
     assert answers == [ref.text] * 3 and unwindowed != ref.text
     assert default["generation_settings"]["repeat_last_n"] == 64
 
+
+
+@pytest.mark.real_model
+def test_props_name_the_gguf_file_a_model_was_loaded_from(default_model):
+    with running(create_app(default_model)) as srv, httpx.Client(base_url=srv.url,
+                                                                 timeout=60) as c:
+        path = c.get("/props").json()["model_path"]
+    assert path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")

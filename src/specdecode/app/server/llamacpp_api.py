@@ -11,6 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from ...models.loader import gguf_file
 from .llamacpp_answers import engine_request, serve, unread
 from .llamacpp_format import settings
 from .llamacpp_schemas import CompletionBody, DetokenizeRequest, LlamaCppRequest, TokenizeRequest
@@ -85,7 +86,8 @@ async def props(request: Request) -> dict:
     return {"default_generation_settings": {"n_ctx": model.context_length,
                                             "params": settings(defaults, model.context_length)},
             "total_slots": state.worker.max_batch, "model_alias": state.model_id,
-            "model_path": str(model.source),
+            # the GGUF file, as llama.cpp's clients expect (else the model's directory)
+            "model_path": str(gguf_file(model.name) or model.source),
             "chat_template": getattr(model.tokenizer, "chat_template", None) or "",
             "modalities": {"vision": False, "audio": False},
             "build_info": state.fingerprint, "is_sleeping": False}
