@@ -285,6 +285,10 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
                         "`localhost` for this machine's pages on any port (as llama.cpp's "
                         "server reads it), or * for any (default: none, so browsers refuse "
                         "cross-origin calls)")
+    v.add_argument("--slots", action="store_true",
+                   help="answer llama.cpp's GET /slots: each place of the batch, whether a "
+                        "request decodes there, its prompt and generated tokens (default: off, "
+                        "501, as llama.cpp's server: it shows what others are running)")
     v.add_argument("--max-body-bytes", type=int,
                    help="larger request bodies get 413 before they are read (default 4 MiB)")
     v.add_argument("--max-queue", type=int, default=16,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import httpx
 import pytest
@@ -374,6 +375,28 @@ def test_llamacpps_penalties_count_its_window_as_plain_decoding_does(default_mod
     assert answers == [ref.text] * 3 and unwindowed != ref.text
     assert default["generation_settings"]["repeat_last_n"] == 64
 
+
+
+def test_slots_are_off_unless_asked_for(http):
+    r = http.get("/slots")
+    assert r.status_code == 501 and "--slots" in r.json()["error"]["message"]
+
+
+def test_slots_show_a_running_request_and_free_its_place_when_its_client_leaves(slow_decoder):
+    app = create_app(slow_decoder, max_batch=2, slots=True)
+    with running(app) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        assert [s["is_processing"] for s in c.get("/slots").json()] == [False, False]
+        with c.stream("POST", "/completion", json={"prompt": PROMPT, "n_predict": 40,
+                                                    "temperature": 0, "stream": True}) as r:
+            next(line for line in r.iter_lines() if line.startswith("data: "))  # decoding
+            busy = c.get("/slots").json()
+        assert [s["is_processing"] for s in busy] == [True, False]
+        assert busy[0]["n_decoded"] >= 1 and busy[0]["n_prompt_tokens"] > 0
+        assert busy[0]["n_ctx"] == slow_decoder.model.context_length
+        deadline = time.monotonic() + 30  # the engine drops a gone client's job at a step
+        while c.get("/slots").json()[0]["is_processing"]:
+            assert time.monotonic() < deadline, "the place was not freed"
+            time.sleep(0.05)
 
 
 @pytest.mark.real_model

@@ -75,6 +75,7 @@ MAPPED = {
     # `model` a request names: --served-model-name ALIAS,...,* (see _flags)
     "model_alias": "--served-model-name",
     "n_slots": "--max-batch",               # llama-server --parallel: sequences decoded together
+    "server_slots": "--slots",              # a switch: passed without a value when set
 }
 # options that are honoured without a flag, or that only concern the harness itself
 HONOURED = {
@@ -143,7 +144,7 @@ def _flags(server: ServerProcess) -> tuple:
             value = f"{value or MODEL},*"
         if value is None or value is False or value == "":
             continue
-        flags += [flag, str(value)]
+        flags += [flag] if value is True else [flag, str(value)]
     return tuple(flags)
 
 

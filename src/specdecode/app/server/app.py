@@ -39,7 +39,7 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
                api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                prefix_cache_bytes: int = 0, prompt_cache_dir: str | None = None,
                prompt_cache_disk_bytes: int = DEFAULT_DISK_BYTES,
-               cors_origins: tuple[str, ...] = ()) -> FastAPI:
+               cors_origins: tuple[str, ...] = (), slots: bool = False) -> FastAPI:
     """Build the app around one loaded model.
 
     `decoder` serves requests that name no `speculative` method (a bare LoadedModel gets the
@@ -50,7 +50,8 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     the routes (`guard.RequestGuard`); up to `prefix_cache_bytes` of prompts' caches are kept for
     prompts that start alike (`core.prefix_cache`; 0: none), and with `prompt_cache_dir` up to
     `prompt_cache_disk_bytes` of them on disk for the next process (`core.prompt_store`); browser pages of
-    `cors_origins` ("*": any) may call it (CORS; the preflight needs no API key)."""
+    `cors_origins` ("*": any) may call it (CORS; the preflight needs no API key); `slots`:
+    llama.cpp's GET /slots answers (else 501)."""
     options = dict(options or {})
     # the reported id, then other names requests may give ("*": any, as llama.cpp's server takes)
     names = [n.strip() for n in (model_id or "").split(",") if n.strip()] or [None]
@@ -81,7 +82,7 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     state = app.state.specdecode = ServerState(
         decoder.model, worker, metrics, names[0], request_timeout,
         int(time.time()), tools.markers(decoder.model.tokenizer), decoder.model.fim,
-        decoder.grammars.ready(), tuple(names[1:]))
+        decoder.grammars.ready(), tuple(names[1:]), slots)
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # counts 401 and 413
     if cors_origins:  # outermost: a browser's preflight carries no API key

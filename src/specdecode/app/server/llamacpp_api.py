@@ -1,7 +1,8 @@
 """llama.cpp's own routes, for the tools written against its server: `/completion` (its native
 completions: prompts as text or tokens, its sampling defaults and fields, `n_probs`, timings),
-`/tokenize`, `/detokenize`, `/apply-template` and `/props`. `/infill` is `infill`'s; the OpenAI
-routes take llama.cpp's extension fields (`llamacpp_schemas.LlamaCppExtensions`).
+`/tokenize`, `/detokenize`, `/apply-template`, `/props` and, with `serve --slots`, `/slots`.
+`/infill` is `infill`'s; the OpenAI routes take llama.cpp's extension fields
+(`llamacpp_schemas.LlamaCppExtensions`).
 
 Errors are in OpenAI's shape, as llama.cpp's server writes them on these routes too.
 """
@@ -12,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ...models.loader import gguf_file
+from .errors import APIError
 from .llamacpp_answers import engine_request, serve, unread
 from .llamacpp_format import settings
 from .llamacpp_schemas import CompletionBody, DetokenizeRequest, LlamaCppRequest, TokenizeRequest
@@ -91,3 +93,16 @@ async def props(request: Request) -> dict:
             "chat_template": getattr(model.tokenizer, "chat_template", None) or "",
             "modalities": {"vision": False, "audio": False},
             "build_info": state.fingerprint, "is_sleeping": False}
+
+
+@router.get("/slots")
+async def slots(request: Request) -> list[dict]:
+    """llama.cpp's slots: the batch's places (`--max-batch`), the choices decoding now first;
+    a choice's context is the model's whole (there is no per-slot split). Off unless `--slots`."""
+    state = server_state(request)
+    if not state.slots:
+        raise APIError(501, "the /slots endpoint is off: start the server with --slots",
+                       type="not_supported_error")
+    running = await state.worker.call(state.worker.running)
+    return [{"id": i, "n_ctx": state.model.context_length, "is_processing": i < len(running),
+             **(running[i] if i < len(running) else {})} for i in range(state.worker.max_batch)]

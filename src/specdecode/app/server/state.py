@@ -37,6 +37,7 @@ class ServerState:
     fim: FimTokens | None  # the model's fill-in-the-middle tokens (None: it has none)
     grammars: GrammarCompiler  # the model's, its tokenizer set up before serving
     aliases: tuple[str, ...] = ()  # other names requests may give ("*": any name)
+    slots: bool = False  # whether llama.cpp's GET /slots answers (`serve --slots`)
     compiling: ThreadPoolExecutor = field(  # where grammars compile, beside the engine thread
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="specdecode-grammar"))
 

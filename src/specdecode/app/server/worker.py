@@ -248,6 +248,13 @@ class EngineWorker:
                 job.runs.append(seq.stats)
                 self._running[id(seq)] = (job, seq, p * asked.n + i)
 
+    def running(self) -> list[dict]:
+        """llama.cpp's view of each choice decoding now (`/slots`): its prompt's tokens, the
+        tokens it generated, its method. On the engine thread (`call`), which owns the batch."""
+        return [{"id_task": id(job), "n_prompt_tokens": seq.prompt_length,
+                 "n_decoded": seq.stats.new_tokens, "speculative": job.decoder.method}
+                for job, seq, _ in self._running.values()]
+
     def _note_progress(self) -> None:
         """Each job's first prompt's read so far (`Job.progress`), for streams that report it."""
         now = time.monotonic()
