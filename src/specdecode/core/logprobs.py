@@ -3,10 +3,11 @@
 Which distribution: the model's own, log_softmax of the target's raw logits at the row that
 chose the token, before penalties, grammar masks, temperature and truncation (as OpenAI and vLLM
 report them); or, asked for (`GenerationConfig.sampled_logprobs`, llama.cpp's
-post_sampling_probs), the one the token was drawn from, after all of them (`sampled`). Speculation has them for free: the forward that verified a token computed its row
-(row 0 for the first token of a step, row i + 1 for the token after node i), and a row is the
-same however many rows its forward held (`core.engine`), so they equal plain decoding's. A
-prompt's come from its prefill's hidden states: the row of token j scores token j + 1.
+post_sampling_probs), the one the token was drawn from, after all of them (`sampled`).
+Speculation has them for free: the forward that verified a token computed its row (row 0 for the
+first token of a step, row i + 1 for the token after node i), and a row is the same however many
+rows its forward held (`core.engine`), so they equal plain decoding's. A prompt's come from its
+prefill's hidden states: the row of token j scores token j + 1.
 """
 
 from __future__ import annotations
