@@ -3,8 +3,9 @@
 - With an API key, every request needs `Authorization: Bearer KEY` (OpenAI's and llama.cpp's
   clients) or `x-api-key: KEY` (Anthropic's); otherwise 401 in the error shape of the route's
   dialect (OpenAI's: type `authentication_error`, as llama.cpp's server says it; the openai
-  clients go by the status). Open: `/`, `/health` and `/metrics`, for probes and scrapers (every route that can
-  generate, tokenize or describe the model is behind the key, with or without `/v1`).
+  clients go by the status). Open: `/`, `/health` and `/metrics`, for probes and scrapers
+  (every route that can generate, tokenize or describe the model is behind the key, with or
+  without `/v1`).
 - A body over `max_body_bytes` gets 413 before it is parsed: at once from its Content-Length, or
   as soon as a body sent without one (chunked) has grown past it.
 """

@@ -192,11 +192,11 @@ async def _stream_events(job: Job, event: tuple[int, Chunk] | None,
                          tool_calls: tuple[str, ...] = ()):
     """The SSE body: each choice's deltas and closing chunk (the last closing one with the
     usage, or a usage chunk after it), [DONE]; with `return_progress`, first the prompt's read
-    as it goes (`event` None: it is still being read). An error after the headers were sent is reported as an `error` event, as the OpenAI API
-    does. With `tool_calls` (tool names), text that may start a tool call is held until it is
-    one (sent as a call: its name, then its arguments) or is not (sent as text). With
-    `timings_per_token`, every chunk after the openings carries llama.cpp's `timings` of its
-    choice so far."""
+    as it goes (`event` None: it is still being read). An error after the headers were sent is
+    reported as an `error` event, as the OpenAI API does. With `tool_calls` (tool names), text
+    that may start a tool call is held until it is one (sent as a call: its name, then its
+    arguments) or is not (sent as text). With `timings_per_token`, every chunk after the
+    openings carries llama.cpp's `timings` of its choice so far."""
     streams = [_ChoiceStream(tool_calls) for _ in range(job.choices)]
     last: dict[int, Chunk] = {}
     timed, usage_chunk = body.timings_per_token, body.include_usage_chunk

@@ -51,7 +51,8 @@ class EngineRequest:
                     seed=None if self.seed is None else self.seed + choice, stop=self.stop,
                     stop_token_ids=self.stop_token_ids, penalties=self.penalties,
                     logprobs=self.logprobs, prompt_logprobs=self.prompt_logprobs,
-                    sampled_logprobs=self.sampled_logprobs, prediction=self.prediction, grammar=self.grammar)
+                    sampled_logprobs=self.sampled_logprobs, prediction=self.prediction,
+                    grammar=self.grammar)
 
     def with_grammar(self, grammar: Grammar | None) -> "EngineRequest":
         return replace(self, grammar=grammar)
