@@ -280,11 +280,12 @@ def _add_serve(sub: "argparse._SubParsersAction") -> None:
     v.add_argument("--api-key",
                    help="require `Authorization: Bearer KEY` or `x-api-key: KEY` on /v1/ routes "
                         "(default: the SPECDECODE_API_KEY environment variable; unset: open)")
-    v.add_argument("--cors-origins", default="", metavar="ORIGINS",
+    v.add_argument("--cors-origins", default="*", metavar="ORIGINS",
                    help="comma-separated origins whose browser pages may call the server, "
                         "`localhost` for this machine's pages on any port (as llama.cpp's "
-                        "server reads it), or * for any (default: none, so browsers refuse "
-                        "cross-origin calls)")
+                        "server reads it), or `none`, so browsers refuse cross-origin calls "
+                        "(default: *, any page, as llama.cpp's server and vLLM; the API key "
+                        "is still required where set)")
     v.add_argument("--slots", action="store_true",
                    help="answer llama.cpp's GET /slots: each place of the batch, whether a "
                         "request decodes there, its prompt and generated tokens (default: off, "

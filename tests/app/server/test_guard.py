@@ -113,11 +113,27 @@ def test_a_browser_page_of_an_allowed_origin_may_call_without_a_key_in_its_prefl
         assert "access-control-allow-origin" not in other.headers
 
 
-def test_without_cors_origins_no_page_is_let_in(client):
+def test_by_default_any_page_may_call_with_the_key_and_its_preflight_needs_none(client):
     pre = client.options("/v1/completions", headers=PREFLIGHT)
-    assert pre.status_code in (401, 405) and "access-control-allow-origin" not in pre.headers
-    r = client.post("/v1/completions", json=BODY, headers={**auth(), "Origin": "http://x.example"})
-    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+    assert pre.status_code == 200
+    assert pre.headers["access-control-allow-origin"] == "http://page.example"
+    assert pre.headers["access-control-allow-credentials"] == "true"
+    assert pre.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
+    # echoed, not "*": the Fetch standard never lets "*" cover Authorization
+    assert pre.headers["access-control-allow-headers"] == "authorization, content-type"
+    origin = {"Origin": "http://x.example"}
+    assert client.post("/v1/completions", json=BODY, headers=origin).status_code == 401
+    r = client.post("/v1/completions", json=BODY, headers={**auth(), **origin})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://x.example"
+
+
+def test_with_no_cors_origins_no_page_is_let_in(served_model):
+    with running(create_app(served_model, api_key=KEY, cors_origins=())) as srv, httpx.Client(
+            base_url=srv.url, timeout=60) as c:
+        pre = c.options("/v1/completions", headers=PREFLIGHT)
+        assert pre.status_code in (401, 405) and "access-control-allow-origin" not in pre.headers
+        r = c.post("/v1/completions", json=BODY, headers={**auth(), "Origin": "http://x.example"})
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
 
 
 @pytest.mark.parametrize("origin,allowed", [

@@ -87,6 +87,23 @@ def test_prompts_as_tokens_mixed_or_objects_answer_as_the_same_text(http, refere
     assert [a["index"] for a in batch] == [0, 1, 2]
 
 
+def test_completions_without_a_model_is_llamacpps_completion_and_with_one_openais(http):
+    native = complete(http, prompt=PROMPT, n_predict=6)
+    r = http.post("/completions", json={"prompt": PROMPT, "n_predict": 6, "temperature": 0})
+    assert r.status_code == 200 and r.json()["content"] == native["content"]
+    model = http.get("/models").json()["data"][0]["id"]
+    r = http.post("/completions", json={"model": model, "prompt": PROMPT, "max_tokens": 6,
+                                        "temperature": 0})
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == native["content"]
+    # each reading refuses what its dialect does not take, in the route's error shape
+    wrong = http.post("/completions", json={"prompt": PROMPT, "max_token": 1})
+    assert "max_token" in assert_openai_error(wrong, 400)["message"]
+    wrong = http.post("/completions", json={"model": model, "prompt": 3.5})
+    assert assert_openai_error(wrong, 400)["param"] == "prompt"
+    assert_openai_error(http.post("/completions", content=b"[1]",
+                                  headers={"content-type": "application/json"}), 400)
+
+
 def test_n_probs_gives_each_tokens_probability_and_its_alternatives(http):
     answer = complete(http, prompt=PROMPT, n_predict=5, n_probs=3, return_tokens=True)
     probs = answer["completion_probabilities"]

@@ -5,7 +5,7 @@ Responses; `anthropic_api`: Anthropic's Messages; `infill` and `llamacpp_api`: l
 routes) each turn their requests into one `request.EngineRequest` and the engine's chunks into
 their own wire format; streaming (`streaming`) and OpenAI's error shape (`errors`) are written once. This
 module builds the app around one loaded model and serves what belongs to no dialect: health,
-metrics and the model list.
+metrics, the model list, and `POST /completions`, which two dialects claim.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Body, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
 
 from ...core.engine import Speculation
 from ...core.prefix_cache import PrefixCache
@@ -28,7 +30,10 @@ from . import anthropic_api, infill, llamacpp_api, openai_api, responses_api, to
 from .cors import Cors
 from .errors import add_error_handlers
 from .guard import DEFAULT_MAX_BODY_BYTES, RequestGuard
+from .header_case import CanonicalHeaderCase
+from .llamacpp_schemas import CompletionBody
 from .metrics import RequestMetricsMiddleware, ServerMetrics
+from .openai_schemas import CompletionRequest
 from .state import ServerState, server_state
 from .worker import DecoderCache, EngineWorker
 
@@ -39,7 +44,7 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
                api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                prefix_cache_bytes: int = 0, prompt_cache_dir: str | None = None,
                prompt_cache_disk_bytes: int = DEFAULT_DISK_BYTES,
-               cors_origins: tuple[str, ...] = (), slots: bool = False) -> FastAPI:
+               cors_origins: tuple[str, ...] = ("*",), slots: bool = False) -> FastAPI:
     """Build the app around one loaded model.
 
     `decoder` serves requests that name no `speculative` method (a bare LoadedModel gets the
@@ -50,7 +55,7 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
     the routes (`guard.RequestGuard`); up to `prefix_cache_bytes` of prompts' caches are kept for
     prompts that start alike (`core.prefix_cache`; 0: none), and with `prompt_cache_dir` up to
     `prompt_cache_disk_bytes` of them on disk for the next process (`core.prompt_store`); browser pages of
-    `cors_origins` ("*": any) may call it (CORS; the preflight needs no API key); `slots`:
+    `cors_origins` ("*": any; none: no page) may call it (`cors.Cors`); `slots`:
     llama.cpp's GET /slots answers (else 501)."""
     options = dict(options or {})
     # the reported id, then other names requests may give ("*": any, as llama.cpp's server takes)
@@ -85,8 +90,9 @@ def create_app(decoder: SpecDecoder | LoadedModel, *, options: dict[str, Any] | 
         decoder.grammars.ready(), tuple(names[1:]), slots)
     app.add_middleware(RequestGuard, api_key=api_key, max_body_bytes=max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # counts 401 and 413
-    if cors_origins:  # outermost: a browser's preflight carries no API key
+    if cors_origins:  # before the key is asked for: a browser's preflight carries none
         app.add_middleware(Cors, origins=cors_origins)
+    app.add_middleware(CanonicalHeaderCase)  # outermost: every answer's header names
     add_error_handlers(app)
     _add_routes(app)
     for dialect in (openai_api, responses_api, anthropic_api, infill, llamacpp_api):
@@ -128,6 +134,19 @@ def _add_routes(app: FastAPI) -> None:
     @app.get("/models")  # for clients whose base URL lacks /v1
     async def models(request: Request) -> dict:
         return {"object": "list", "data": [_model_card(server_state(request))]}
+
+    @app.post("/completions")
+    async def completions(request: Request, body: dict[str, Any] = Body()) -> Response:
+        """OpenAI's completions for clients whose base URL lacks /v1, and llama.cpp's alias of
+        its `/completion`: a body that names a `model` is OpenAI's (its API requires one and its
+        SDKs always send it), one that names none is llama.cpp's (its clients send none)."""
+        schema, answer = ((CompletionRequest, openai_api.completions) if "model" in body else
+                          (CompletionBody, llamacpp_api.completion))
+        try:
+            parsed = schema.model_validate(body)
+        except ValidationError as e:  # answered as FastAPI answers a route's own body
+            raise RequestValidationError(e.errors()) from None
+        return await answer(parsed, request)
 
     @app.get("/v1/models/{model_id:path}")
     async def model(model_id: str, request: Request) -> dict:

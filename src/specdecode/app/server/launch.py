@@ -34,7 +34,7 @@ def build_app(args: argparse.Namespace) -> tuple[FastAPI, str]:
                      prompt_cache_disk_bytes=parse_size(args.prompt_cache_disk,
                                                         "--prompt-cache-disk"),
                      cors_origins=tuple(o.strip() for o in args.cors_origins.split(",")
-                                        if o.strip()), slots=args.slots)
+                                        if o.strip() not in ("", "none")), slots=args.slots)
     note = f"; {decoder.spec.note}" if decoder.spec.note else ""
     access = "API key required" if api_key else "no API key: open to anyone who can connect"
     return app, (f"{model.name} ({decoder.describe()}{note}; {model.kernels}; up to "

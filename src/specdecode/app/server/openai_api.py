@@ -31,8 +31,7 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 router = APIRouter()
 
 
-@router.post("/v1/completions")
-@router.post("/completions")  # for clients whose base URL lacks /v1 (llama.cpp's server has both)
+@router.post("/v1/completions")  # and /completions with a `model`: `app`
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state = server_state(request)
     if body.suffix is None:

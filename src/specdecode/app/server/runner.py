@@ -37,8 +37,9 @@ def build_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, *, gra
                  log_level: str = "info") -> GracefulServer:
     """A uvicorn server for `app` (from create_app); `.run()` blocks, `.should_exit = True`
     stops it (from any thread)."""
+    # h11, not httptools: it writes header names as the app gives them (`header_case`)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                            timeout_graceful_shutdown=grace + 5)
+                            http="h11", timeout_graceful_shutdown=grace + 5)
     return GracefulServer(config, app.state.specdecode.worker, grace)
 
 
