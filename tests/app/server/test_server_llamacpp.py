@@ -195,7 +195,8 @@ def test_samplers_at_their_off_values_and_pure_hints_are_accepted(http):
     base = complete(http, prompt=PROMPT, n_predict=4)["content"]
     off = complete(http, prompt=PROMPT, n_predict=4, mirostat=0, typical_p=1.0, dry_multiplier=0,
                    xtc_probability=0.0, dynatemp_range=0.0, mirostat_tau=5.0, cache_prompt=True,
-                   id_slot=-1, timings_per_token=True, samplers=["top_k", "temperature"])
+                   id_slot=-1, timings_per_token=True, samplers=["top_k", "temperature"],
+                   backend_sampling=True)
     assert off["content"] == base
     multimodal = http.post("/completion", json={
         "prompt": {"prompt_string": "x", "multimodal_data": ["AAAA"]}})

@@ -36,8 +36,9 @@ class LlamaCppExtensions(Strict):
     `return_progress` (a stream reports its prompt's read, `prompt_progress`, before its first
     token) and `timings_per_token` (a stream's chunks and its end carry llama.cpp's `timings`;
     `/completion` times every answer). Accepted as the hints they are: `cache_prompt` (prompts
-    are kept in the prefix cache whatever it says) and `id_slot` (there are no slots: requests
-    share one batch)."""
+    are kept in the prefix cache whatever it says), `id_slot` (there are no slots: requests
+    share one batch) and `backend_sampling` (where llama.cpp draws, its GPU backend or its CPU
+    sampler; here every draw is made in one place, from the same distribution)."""
 
     n_predict: int | None = Field(None, ge=-1)
     repeat_penalty: Number | None = Field(None, gt=0)
@@ -45,6 +46,7 @@ class LlamaCppExtensions(Strict):
     n_probs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     cache_prompt: bool | None = None
     id_slot: int | None = None
+    backend_sampling: bool | None = None
     timings_per_token: bool | None = None
     return_progress: bool = False
 
