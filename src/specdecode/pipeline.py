@@ -11,7 +11,7 @@ The CLI, the benchmark and the server are users of this class; none of them owns
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from .core.batch import collect_each, stream_batch
 from .core.budget import DraftBudget
@@ -108,6 +108,7 @@ class SpecDecoder:
         grammar: Grammar | None = None,
         prediction: str | list[int] | None = None,
         sampled_logprobs: bool = False,
+        generated: Sequence[Sequence[int]] = (),
     ) -> Request:
         """One generation's request: a str prompt is tokenized (with the chat template unless
         chat=False), a list is token ids; `max_draft_nodes` / `max_draft_depth` replace the
@@ -119,7 +120,8 @@ class SpecDecoder:
         `prediction` (text, or token ids) is what the output is expected to repeat, such as the
         file an edit rewrites: drafters that copy n-gram matches copy from it too (the output
         is the same with or without it); `sampled_logprobs`: logprobs of the distribution each
-        token was drawn from, not the model's (`GenerationConfig`)."""
+        token was drawn from, not the model's (`GenerationConfig`); `generated`: a continuation's
+        tokens generated before, in the chunks they were sent in (`core.engine.admit`)."""
         if isinstance(prediction, str):
             prediction = self.model.encode_text(prediction)
         config = GenerationConfig(max_new_tokens, SamplingParams(temperature, top_k, top_p, min_p),
@@ -128,14 +130,15 @@ class SpecDecoder:
                                   sampled_logprobs)
         caps = self.caps(max_draft_nodes, max_draft_depth)
         limit = DraftLimit(caps.nodes, caps.depth, self.adaptive) if caps.nodes else None
-        return Request(self.prompt_ids(prompt, chat), config, self.drafter, limit)
+        return Request(self.prompt_ids(prompt, chat), config, self.drafter, limit,
+                       tuple(tuple(ids) for ids in generated))
 
     def stream(self, prompt: str | list[int], **kwargs: Any) -> Iterator[Chunk]:
         """Yield text deltas as steps complete; the last chunk carries finish_reason and stats.
         Arguments as `request`."""
         r = self.request(prompt, **kwargs)
         return stream(self.model.target, r.drafter, r.prompt, r.config, r.limit,
-                      self.model.eos_token_ids, self.model.decode, self.cost)
+                      self.model.eos_token_ids, self.model.decode, self.cost, r.generated)
 
     def generate(self, prompt: str | list[int], **kwargs) -> GenerationResult:
         """Same arguments as `stream`; returns the whole result."""

@@ -20,13 +20,14 @@ from specdecode.core.batch import Request, generate_batch
 from specdecode.core.constraint import Constraint, Grammar, allowed, mask_words
 from specdecode.core.cost import StepCost
 from specdecode.core.drafter import Draft, Drafter
-from specdecode.core.engine import generate
+from specdecode.core.engine import generate, stream
 from specdecode.core.masking import constrain, masks
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.draft_model import DraftModel
 from specdecode.drafters.layerskip import LayerSkip
 from specdecode.drafters.lookup import PromptLookup
 from specdecode.drafters.plain import NoDrafter
+from specdecode.errors import InvalidParameterError
 from specdecode.models.decoder import NativeDecoder
 from seeding import unseeded_outcomes
 
@@ -199,6 +200,17 @@ def test_greedy_constrained_batched_equals_plain_constrained_greedy():
             for p, d in zip(prompts, [PromptLookup(3, 1), suffix_drafter(), PromptLookup(2, 1)])]
     batched = generate_batch(t, reqs, max_batch=3, cost=StepCost.linear(0.1))
     assert [r.token_ids for r in batched] == [r.token_ids for r in plain]
+
+
+def test_a_constrained_continuation_gives_the_uninterrupted_constrained_answer():
+    t = MockTarget(vocab=VOCAB, layers=2, max_length=256, seed=5)
+    prompt, config = [3, 1, 4, 1, 5, 9, 2, 6] * 3, GenerationConfig(40, grammar=NoRepeatGrammar(VOCAB))
+    sent = list(stream(t, PromptLookup(3, 1), prompt, config, DraftLimit(6, 6)))
+    resumed = list(stream(t, PromptLookup(3, 1), prompt, config, DraftLimit(6, 6),
+                          generated=[c.token_ids for c in sent[:5]]))
+    assert sum((c.token_ids for c in resumed), []) == sum((c.token_ids for c in sent), [])
+    with pytest.raises(InvalidParameterError, match="grammar"):  # 5 may not follow 5
+        list(stream(t, NoDrafter(), prompt, config, None, generated=[[5, 5]]))
 
 
 def test_the_grammar_drafts_its_forced_tokens_and_counts_them():

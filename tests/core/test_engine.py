@@ -17,6 +17,7 @@ import torch
 from specdecode.core.cost import StepCost
 from specdecode.core.drafter import Draft, Drafter
 from specdecode.core.engine import generate, stream
+from specdecode.core.penalties import Penalties
 from specdecode.core.sampling import SamplingParams
 from specdecode.core.sequence import DraftLimit, GenerationConfig
 from specdecode.drafters.draft_model import DraftModel
@@ -503,3 +504,76 @@ def test_a_seeded_sampled_answer_is_plain_decodings_whatever_the_drafts_and_the_
     batch = generate_batch(target, [Request(PROMPT, config, DraftModel(
         NativeDecoder.from_hf(draft_model)), DraftLimit(5, 5))] + others, max_batch=3)
     assert batch[0].token_ids == plain
+
+
+# --- continuations ------------------------------------------------------------------------------
+
+
+def sent_then_continued(target, drafter_for, config: GenerationConfig, cut: int, **kwargs):
+    """A stream's chunks, and the chunks of the continuation of its first `cut` chunks."""
+    sent = list(stream(target, drafter_for(), PROMPT, config, DraftLimit(4, 4), **kwargs))
+    resumed = list(stream(target, drafter_for(), PROMPT, config, DraftLimit(4, 4),
+                          generated=[c.token_ids for c in sent[:cut]], **kwargs))
+    return sent, resumed
+
+
+@pytest.mark.parametrize("cut", [1, 3, 8])
+@pytest.mark.parametrize("name", ["plain", "mixed", "lookup", "draft"])
+def test_a_greedy_continuation_replays_the_sent_chunks_then_gives_the_uninterrupted_rest(
+        cut, name, target_model, draft_model, reference, plain):
+    target = NativeDecoder.from_hf(target_model)
+    sent, resumed = sent_then_continued(
+        target, lambda: NoDrafter() if name == "plain" else make_drafter(
+            name, target, reference, draft_model, target_model), greedy(), cut,
+        decode=fake_decode)
+    assert [(c.token_ids, c.text) for c in resumed[:cut]] == [(c.token_ids, c.text)
+                                                              for c in sent[:cut]]
+    assert sum((c.token_ids for c in resumed), []) == plain
+    assert "".join(c.text for c in resumed) == fake_decode(plain)
+    forced = sum(len(c.token_ids) for c in sent[:cut])
+    assert resumed[-1].finish_reason == "length"
+    assert resumed[-1].stats.new_tokens == NEW - forced  # the limit counts the earlier tokens
+
+
+def test_a_continuation_stops_at_a_stop_string_that_straddles_the_cut(target_model, plain):
+    full = fake_decode(plain)
+    stop = full[9:12]
+    target = NativeDecoder.from_hf(target_model)
+    config = greedy(stop=(stop,))
+    sent = list(stream(target, NoDrafter(), PROMPT, config, None, decode=fake_decode))
+    assert "".join(c.text for c in sent) == full[: full.find(stop)]
+    cut = next(i for i in range(len(sent)) if len(fake_decode(sum(
+        (c.token_ids for c in sent[: i + 1]), []))) > full.find(stop))  # its first character
+    resumed = list(stream(target, NoDrafter(), PROMPT, config, None, decode=fake_decode,
+                          generated=[c.token_ids for c in sent[:cut]]))
+    assert [(c.token_ids, c.text, c.finish_reason) for c in resumed] == [
+        (c.token_ids, c.text, c.finish_reason) for c in sent]
+
+
+def test_a_seeded_continuation_draws_what_the_uninterrupted_run_draws(target_model, draft_model,
+                                                                     reference):
+    target = NativeDecoder.from_hf(target_model)
+    config = GenerationConfig(30, SamplingParams(1.0, top_k=10), seed=1234)
+    sent, resumed = sent_then_continued(target, lambda: DraftModel(
+        NativeDecoder.from_hf(draft_model)), config, 4)
+    # seeded draws are keyed by position, so even the draws are the same
+    assert sum((c.token_ids for c in resumed), []) == sum((c.token_ids for c in sent), [])
+
+
+def test_a_continuation_counts_its_earlier_tokens_for_the_penalties(target_model, plain):
+    target = NativeDecoder.from_hf(target_model)
+    config = greedy(penalties=Penalties(presence=2.0, frequency=2.0))
+    sent = list(stream(target, NoDrafter(), PROMPT, config, None))
+    assert sum((c.token_ids for c in sent), []) != plain  # the penalties change the answer
+    resumed = list(stream(target, NoDrafter(), PROMPT, config, None,
+                          generated=[c.token_ids for c in sent[:10]]))
+    assert sum((c.token_ids for c in resumed), []) == sum((c.token_ids for c in sent), [])
+
+
+def test_a_continuation_past_its_limit_or_its_stop_string_is_refused(target_model, plain):
+    target = NativeDecoder.from_hf(target_model)
+    with pytest.raises(InvalidParameterError, match="max_new_tokens"):
+        list(stream(target, NoDrafter(), PROMPT, greedy(5), None, generated=[plain[:5]]))
+    with pytest.raises(InvalidParameterError, match="stop string"):
+        list(stream(target, NoDrafter(), PROMPT, greedy(stop=(fake_decode(plain[2:4]),)), None,
+                    decode=fake_decode, generated=[plain[:6]]))

@@ -68,26 +68,62 @@ MAX_BATCH = MEASURED_ROWS[-1]
 
 
 def admit(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
-          limit: DraftLimit | None,
-          decode: Callable[[list[int]], str] | None = None) -> SequenceState:
-    """A new sequence for `prompt`, nothing prefilled yet (`SequenceState.to_prefill`)."""
+          limit: DraftLimit | None, decode: Callable[[list[int]], str] | None = None,
+          generated: Tokens[Tokens[int]] = ()) -> SequenceState:
+    """A new sequence for `prompt`, nothing prefilled yet (`SequenceState.to_prefill`).
+
+    `generated` makes it a continuation: tokens an earlier run of the same request generated
+    (and sent, in these chunks). They are read into the cache as the prompt is, and they are
+    the output so far: they count against `max_new_tokens`, advance the grammar and the
+    penalties, and start the text (stop strings included), so the tokens that follow are those
+    the uninterrupted run gives (greedy: the same; sampled: drawn given them). They come back,
+    once read, as the sequence's first chunks, as they were sent (`SequenceState.replay`), with
+    their logprobs when asked (from the rows that read them, as the steps that chose them
+    scored them)."""
+    forced = [token for ids in generated for token in ids]
+    context = [*prompt, *forced]
     if not prompt:
         raise InvalidParameterError("the prompt is empty")
-    if len(prompt) >= target.max_length:
+    if forced and len(forced) >= config.max_new_tokens:
+        raise InvalidParameterError(f"{len(forced)} tokens generated already reach "
+                                    f"max_new_tokens {config.max_new_tokens}")
+    if forced and config.sampled_logprobs and (config.grammar or config.penalties.active):
+        raise InvalidParameterError("a continuation cannot report the sampled logprobs of "
+                                    "tokens a grammar or penalties shaped")
+    if len(context) >= target.max_length:
         raise PromptTooLongError(
-            f"prompt has {len(prompt)} tokens; the context window is {target.max_length}"
+            f"prompt has {len(context)} tokens; the context window is {target.max_length}"
         )
     tokens = torch.empty(target.max_length, dtype=torch.long)
-    tokens[: len(prompt)] = torch.tensor(prompt, dtype=torch.long)
-    seq = SequenceState(tokens, len(prompt), len(prompt), target.new_cache(), config,
+    tokens[: len(context)] = torch.tensor(context, dtype=torch.long)
+    seq = SequenceState(tokens, len(context), len(prompt), target.new_cache(), config,
                    new_generator(config.seed, target.device), limit,
                    IncrementalText(decode, config.stop) if decode else None,
                    constraint=config.grammar.matcher() if config.grammar else None,
                    penalties=(PenaltyState(config.penalties, list(prompt), target.vocab_size)
                               if config.penalties.active else None),
-                   prompt_logprobs=None if config.prompt_logprobs is None else [None])
+                   # a continuation's prompt was scored, if asked, by the run it continues
+                   prompt_logprobs=(None if config.prompt_logprobs is None or forced
+                                    else [None]))
+    if forced:
+        _force(seq, generated)
+        seq.stats.resumed_tokens = len(forced)
     drafter.start(seq)
     return seq
+
+
+def _force(seq: SequenceState, generated: Tokens[Tokens[int]]) -> None:
+    """Advance a continuation's grammar, penalties and text over the tokens it generated
+    before, keeping each chunk's text for its replay."""
+    for ids in generated:
+        ids = list(ids)
+        if seq.constraint is not None and not all(map(seq.constraint.accept, ids)):
+            raise InvalidParameterError("the grammar forbids the tokens generated already")
+        if seq.penalties is not None and ids:
+            seq.penalties.accept(ids)
+        seq.replay.append(Chunk(ids, seq.text.push(ids) if seq.text else ""))
+    if seq.text is not None and seq.text.stopped:
+        raise InvalidParameterError("the tokens generated already end at a stop string")
 
 
 @dataclass
@@ -169,6 +205,8 @@ def step_batch(target: Target, work: list[tuple[Drafter, SequenceState]],
             seq.prompt_logprobs += token_logprobs(target.logits(hidden),
                                                   seq.tokens[start + 1 : start + n + 1].tolist(),
                                                   seq.config.prompt_logprobs)
+        if seq.replay and seq.config.logprobs is not None:
+            _score_replay(target, seq, hidden, start, n)
     if not planned:
         return []
     hiddens = hiddens[: len(planned)]
@@ -178,13 +216,33 @@ def step_batch(target: Target, work: list[tuple[Drafter, SequenceState]],
             for p, h, lg in zip(planned, hiddens, logits)]
 
 
+def _score_replay(target: Target, seq: SequenceState, hidden: torch.Tensor, start: int,
+                  n: int) -> None:
+    """A continuation's earlier tokens' logprobs, from the prefill rows at positions
+    start..start+n-1 that read them (hidden: [n, D]; the row of token j scores token j + 1),
+    onto its replayed chunks in order."""
+    first = max(start, seq.prompt_length - 1)
+    if first >= start + n:
+        return
+    rows = target.logits(hidden[first - start :])
+    if seq.config.sampled_logprobs:  # no grammar or penalties: `admit`
+        rows = sampled(rows, seq.sampling)
+    scored = token_logprobs(rows, seq.tokens[first + 1 : start + n + 1].tolist(),
+                            seq.config.logprobs)
+    for chunk in seq.replay:
+        room = len(chunk.token_ids) - len(chunk.logprobs or ())
+        if room and scored:
+            chunk.logprobs = (chunk.logprobs or []) + scored[:room]
+            scored = scored[room:]
+
+
 def _propose(target: Target, drafter: Drafter, seq: SequenceState, price: float,
              token_seconds: float) -> tuple[Draft, bool, int]:
     """The sequence's draft for this step, whether its gate judges the step, and how many of its
     last nodes a grammar forced: while the gate pauses drafting, a drafter with drafts that cost
     no forward (`free_drafts`) still offers those, priced by the budget like any other, and the
     gate does not count them."""
-    left = min(seq.config.max_new_tokens - seq.stats.new_tokens, target.max_length - seq.length)
+    left = min(seq.config.max_new_tokens - seq.output_length, target.max_length - seq.length)
     # room for the bonus token
     budget = seq.limit.budget(left - 1, price, token_seconds) if seq.limit else None
     if not budget or budget.nodes == 0:
@@ -277,7 +335,7 @@ def _commit(p: _Planned, hidden: torch.Tensor, logits: torch.Tensor, forward_sec
                   p.draft_seconds, verify_seconds, tree.depth)
     seq.tokens[n : n + len(new)] = torch.tensor(new, dtype=torch.long)
     seq.length += len(new)
-    if seq.finish_reason is None and (stats.new_tokens >= seq.config.max_new_tokens
+    if seq.finish_reason is None and (seq.output_length >= seq.config.max_new_tokens
                                       or seq.length >= max_length):
         seq.finish_reason = "length"
     delta = seq.text.push(new) if seq.text else ""
@@ -326,6 +384,8 @@ class Request:
     config: GenerationConfig
     drafter: Drafter
     limit: DraftLimit | None  # None: plain decoding
+    # a continuation's tokens generated before, in the chunks they were sent in (`admit`)
+    generated: Tokens[Tokens[int]] = ()
 
 
 @dataclass
@@ -366,13 +426,14 @@ class Batch:
         self.eos_token_ids, self.decode, self.prefill_rows = eos_token_ids, decode, prefill_rows
         self.prefilling: list[_Entry] = []  # in join order: the first gets its chunk first
         self.decoding: list[_Entry] = []
-        # asked no new tokens: done once prefilled
-        self.scored: list[tuple[SequenceState, Chunk]] = []
+        # chunks due before the next step's, once a prompt is read: a continuation's replayed
+        # chunks, and the one chunk of a sequence that asked no new tokens (it is done)
+        self.due: list[tuple[SequenceState, Chunk]] = []
         self.forks: dict[int, list[_Entry]] = {}  # id(sequence) -> those waiting for its prompt
         self.last_step = StepReport()
 
     def __len__(self) -> int:
-        return len(self.prefilling) + len(self.decoding) + len(self.scored)
+        return len(self.prefilling) + len(self.decoding) + len(self.due)
 
     def join(self, request: Request) -> SequenceState:
         """Admit a request (raises SpecDecodeError for a bad prompt); it starts decoding once its
@@ -380,11 +441,15 @@ class Batch:
         limit = None if self.speculation == "off" else request.limit
         joined = time.perf_counter()
         entry = _Entry(request.drafter, admit(self.target, request.drafter, request.prompt,
-                                              request.config, limit, self.decode), joined)
+                                              request.config, limit, self.decode,
+                                              request.generated), joined)
         seq = entry.seq
         if (self.prefixes is not None and seq.to_prefill and not request.drafter.uses_features
                 and seq.prompt_logprobs is None):  # those read every prompt row's features
-            reused, cache = self.prefixes.lookup(seq.tokens[: seq.length - 1])
+            # a continuation scoring its earlier tokens reads their rows itself
+            scored = seq.replay and seq.config.logprobs is not None
+            reused, cache = self.prefixes.lookup(
+                seq.tokens[: seq.prompt_length - 1 if scored else seq.length - 1])
             if cache is not None:
                 seq.cache, seq.stats.cached_prompt_tokens = cache, reused
         if seq.to_prefill:
@@ -401,6 +466,8 @@ class Batch:
         decodes from then on. Call before seq's prefill is done and before it decodes."""
         if list(request.prompt) != seq.tokens[: seq.prompt_length].tolist():
             raise ValueError("a fork's prompt must be its sequence's")
+        if request.generated or seq.replay:
+            raise ValueError("a continuation shares no prefill: it joins alone")
         waiting = self.forks.get(id(seq))
         if waiting is None and (seq.stats.target_forwards or seq.finish_reason):
             raise ValueError("a fork must join before its sequence decodes")
@@ -423,6 +490,7 @@ class Batch:
         seq = entry.seq
         if self.prefixes is not None:
             self.prefixes.keep(seq.tokens[: seq.cache.length], seq.cache)
+        self.due += [(seq, chunk) for chunk in seq.replay]
         for fork in self.forks.pop(id(seq), []):
             fork.seq.cache = seq.cache.copy()
             if seq.prompt_logprobs is not None and fork.seq.prompt_logprobs is not None:
@@ -433,7 +501,7 @@ class Batch:
             seq.finish_reason = "length"
             seq.stats.prefill_seconds = seq.stats.wall_seconds = time.perf_counter() - entry.joined
             chunk = Chunk([], prompt_logprobs=seq.prompt_logprobs)
-            self.scored.append((seq, _finish(entry.drafter, seq, chunk)))
+            self.due.append((seq, _finish(entry.drafter, seq, chunk)))
             return
         entry.drafter.prepare(seq)
         seq.stats.prefill_seconds = time.perf_counter() - entry.joined
@@ -444,13 +512,13 @@ class Batch:
         self.forks.pop(id(seq), None)
         self.prefilling = [e for e in self.prefilling if e.seq is not seq]
         self.decoding = [e for e in self.decoding if e.seq is not seq]
-        self.scored = [(s, chunk) for s, chunk in self.scored if s is not seq]
+        self.due = [(s, chunk) for s, chunk in self.due if s is not seq]
 
     def step(self) -> list[tuple[SequenceState, Chunk]]:
         """One forward: the next prompt chunks and every decoding sequence's rows; returns
-        (sequence, its chunk) for each decoding sequence, in join order, after those of the
-        sequences that asked no new tokens and are done."""
-        out, self.scored = self.scored, []
+        (sequence, its chunk) for each decoding sequence, in join order, after the chunks that
+        were due (`due`)."""
+        out, self.due = self.due, []
         if not self.prefilling and not self.decoding:
             return out
         prefill, left = [], self.prefill_rows
@@ -480,8 +548,8 @@ class Batch:
         for e in [e for e in self.prefilling if not e.seq.to_prefill]:
             self._prefilled(e)
         self.prefilling = [e for e in self.prefilling if e.seq.to_prefill]
-        out += self.scored
-        self.scored = []
+        out += self.due
+        self.due = []
         return out
 
 
@@ -500,12 +568,14 @@ def start(target: Target, drafter: Drafter, prompt: Tokens[int], config: Generat
 def stream(target: Target, drafter: Drafter, prompt: Tokens[int], config: GenerationConfig,
            limit: DraftLimit | None, eos_token_ids: frozenset[int] = frozenset(),
            decode: Callable[[list[int]], str] | None = None,
-           cost: StepCost | None = None) -> Iterator[Chunk]:
+           cost: StepCost | None = None,
+           generated: Tokens[Tokens[int]] = ()) -> Iterator[Chunk]:
     """Generate from `prompt`, a batch of one, yielding a Chunk per step; the last chunk carries
     the stats, whose wall time runs from the start of the prefill to the last step. `cost`: the
-    target's step cost, by which each step keeps the draft nodes that pay (None: all proposed)."""
+    target's step cost, by which each step keeps the draft nodes that pay (None: all proposed);
+    `generated`: a continuation's tokens (`admit`), yielded first as the chunks they were."""
     batch = Batch(target, cost, eos_token_ids, decode)
-    batch.join(Request(prompt, config, drafter, limit))
+    batch.join(Request(prompt, config, drafter, limit, generated))
     while len(batch):
         for _, chunk in batch.step():
             yield chunk

@@ -32,6 +32,9 @@ class RunStats:
     wall_seconds: float = 0.0  # prefill + decoding, no model loading
     first_token_seconds: float = 0.0  # from joining to the first step's tokens (prefill included)
     cached_prompt_tokens: int = 0  # prompt tokens copied from a kept prompt's cache, not prefilled
+    # a continuation's tokens that an earlier run generated and this one read again
+    # (`core.engine.admit`); the other counts are this run's own
+    resumed_tokens: int = 0
 
     @classmethod
     def combined(cls, runs: list["RunStats"]) -> "RunStats":
@@ -42,7 +45,8 @@ class RunStats:
         for run in runs:
             for name in ("new_tokens", "confirmed_tokens", "target_forwards", "draft_forwards",
                          "drafted", "accepted", "forced", "prefill_seconds", "draft_seconds",
-                         "verify_seconds", "constraint_seconds", "cached_prompt_tokens"):
+                         "verify_seconds", "constraint_seconds", "cached_prompt_tokens",
+                         "resumed_tokens"):
                 setattr(out, name, getattr(out, name) + getattr(run, name))
             out.wall_seconds = max(out.wall_seconds, run.wall_seconds)
         out.first_token_seconds = min((r.first_token_seconds for r in runs), default=0.0)
@@ -95,9 +99,15 @@ class RunStats:
         busy = self.prefill_seconds + self.draft_seconds + self.verify_seconds
         return max(0.0, self.wall_seconds - busy)
 
+    @property
+    def output_tokens(self) -> int:
+        """The answer's tokens (EOS excluded), a continuation's earlier ones included."""
+        return self.new_tokens + self.resumed_tokens
+
     def to_dict(self) -> dict:
         return {
             "new_tokens": self.new_tokens,
+            "resumed_tokens": self.resumed_tokens,
             "target_forwards": self.target_forwards,
             "draft_forwards": self.draft_forwards,
             "tau": round(self.tau, 4),

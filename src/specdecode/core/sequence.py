@@ -111,6 +111,8 @@ class SequenceState:
     prompt_logprobs: list[TokenLogprob | None] | None = None
     # sequences of the same prompt waiting for this one's prefill to copy its cache (`Batch.fork`)
     forks: list["SequenceState"] = field(default_factory=list)
+    # a continuation's tokens generated before, as `core.engine.Chunk`s to send first (`admit`)
+    replay: list[Any] = field(default_factory=list)
 
     @property
     def context(self) -> torch.Tensor:
@@ -129,6 +131,12 @@ class SequenceState:
     @property
     def generated(self) -> list[int]:
         return self.tokens[self.prompt_length : self.length].tolist()
+
+    @property
+    def output_length(self) -> int:
+        """Tokens generated so far, a continuation's earlier ones included (EOS is not kept):
+        what `max_new_tokens` limits."""
+        return self.length - self.prompt_length
 
     def uniform(self, depth: int) -> float:
         """A seeded request's uniform for the token `depth` places past the next one (the next
