@@ -13,6 +13,7 @@ pytest.importorskip("ray", reason="the [ray] extra is not installed")
 
 from specdecode.app.server.ray_ingress import conversation_key  # noqa: E402
 from specdecode.app.server.ray_replica import Forwarded  # noqa: E402
+from specdecode.app.server.relay import Relay  # noqa: E402
 from specdecode.app.server.routing import ConversationRouter  # noqa: E402
 
 CHAT = "/v1/chat/completions"
@@ -61,7 +62,7 @@ def _router(loads: dict[str, int], imbalance: int = 2) -> ConversationRouter:
 
 
 def _request(key: str | None) -> SimpleNamespace:
-    return SimpleNamespace(args=[Forwarded("POST", CHAT, b"", [], b"", key)])
+    return SimpleNamespace(args=[Forwarded("POST", CHAT, b"", [], b"", key, Relay("s", 0))])
 
 
 REPLICAS = [SimpleNamespace(replica_id=name) for name in ("a", "b", "c")]

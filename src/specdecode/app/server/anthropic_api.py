@@ -11,13 +11,12 @@ run's method, τ and acceptance).
 from __future__ import annotations
 
 import json
-import uuid
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...core.engine import Chunk
-from . import openai_format, tools
+from . import openai_format, relay, tools
 from .anthropic_schemas import CountTokensRequest, MessagesRequest
 from .request import EngineRequest
 from .state import chat_prompt, compile_grammar, required_calls, server_state, speculative
@@ -81,7 +80,7 @@ class _Message:
     """The parts of one answer message: its head, its tool_use blocks, its end."""
 
     def __init__(self, model: str) -> None:
-        self.id, self.model = "msg_" + uuid.uuid4().hex, model
+        self.id, self.model = relay.new_id("msg_"), model
 
     def head(self) -> dict:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from typing import Iterable
 
 from ...core.budget import DraftBudget
@@ -14,6 +15,7 @@ from ...core.engine import Chunk
 from ...core.run_stats import RunStats
 from ...models import LoadedModel
 from ...pipeline import SpecDecoder
+from . import relay
 from .request import EngineRequest
 
 TIMEOUT_MESSAGE = "the request ran past the server's time limit"
@@ -63,6 +65,12 @@ class Job:
         # its first prompt's read so far, (total, from the prefix cache, in the cache, ms since
         # it came), set by the worker after each step; None until it joined
         self.progress: tuple[int, int, int, float] | None = None
+        # relayed by `serve --ray`'s ingress (`relay`): the chunks handed out, in order, and,
+        # for a continuation, those its client has had already
+        self.relay = relay.current()
+        self.handed: list[tuple[int, Chunk]] = []
+        # a continuation's replayed chunks still to come by choice, and those come (worker's)
+        self.replaying: tuple[Counter, dict[int, list[Chunk]]] | None = None
         self._loop = asyncio.get_running_loop()
 
     def cancel(self) -> None:
@@ -120,4 +128,6 @@ class Job:
                 return None
         if isinstance(event, Exception):
             raise event
+        if self.relay is not None:
+            self.handed.append(event)
         return event

@@ -89,6 +89,12 @@ class ServerMetrics:
                                      ["method"], registry=r)
         self.prompt = Counter("specdecode_prompt_tokens", "Prompt tokens of finished generations",
                               ["method"], registry=r)
+        self.resumed = Counter("specdecode_resumed_streams",
+                               "Streams continued here after the replica serving them died",
+                               registry=r)
+        self.resumed_tokens = Counter("specdecode_resumed_tokens",
+                                      "Tokens a dead replica had sent that resumed streams read "
+                                      "again", registry=r)
 
     def observe_run(self, method: str, finish_reason: str, stats: RunStats,
                     prompt_tokens: int) -> None:

@@ -7,12 +7,12 @@ ready for `json.dumps`.
 from __future__ import annotations
 
 import difflib
-import time
-import uuid
 
 from ...core.budget import DraftBudget
 from ...core.run_stats import RunStats
 from ...pipeline import SpecDecoder
+from . import relay
+
 
 def error_body(message: str, type: str = "invalid_request_error", param: str | None = None,
                code: str | None = None) -> dict:
@@ -23,7 +23,8 @@ def usage(prompt_tokens: int, runs: list[RunStats], decoder: SpecDecoder,
           budget: DraftBudget, prediction: list[int] | None = None,
           outputs: list[list[int]] = ()) -> dict:
     """OpenAI's usage object plus a `speculative` extension with the statistics of the runs
-    (the request's choices, `RunStats.combined`) and the draft caps they ran with; with a
+    (the request's choices, `RunStats.combined`: for a continuation, its own run's, and the
+    tokens it read again, `resumed_tokens`) and the draft caps they ran with; with a
     `prediction`, how many of its tokens each choice's `outputs` (token ids) took up
     (`prediction_details`)."""
     stats = RunStats.combined(runs)
@@ -33,8 +34,10 @@ def usage(prompt_tokens: int, runs: list[RunStats], decoder: SpecDecoder,
     for key in ("tau", "acceptance_rate", "target_forwards", "draft_forwards", "drafted",
                 "accepted", "tokens_per_second", "wall_seconds"):
         speculative[key] = s[key]
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": stats.new_tokens,
-            "total_tokens": prompt_tokens + stats.new_tokens,
+    if stats.resumed_tokens:  # continued on this replica after another died (`relay`)
+        speculative["resumed_tokens"] = stats.resumed_tokens
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": stats.output_tokens,
+            "total_tokens": prompt_tokens + stats.output_tokens,
             # OpenAI's field: prompt tokens served from a cache (the choices share one prompt)
             "prompt_tokens_details": {"cached_tokens": max((r.cached_prompt_tokens for r in runs),
                                                            default=0)},
@@ -62,8 +65,8 @@ class Formatter:
 
     def __init__(self, model: str, fingerprint: str | None = None) -> None:
         self.model, self.fingerprint = model, fingerprint
-        self.id = self.prefix + uuid.uuid4().hex
-        self.created = int(time.time())
+        self.id = relay.new_id(self.prefix)
+        self.created = relay.created()
 
     def _head(self, object: str) -> dict:
         return {"id": self.id, "object": object, "created": self.created, "model": self.model,

@@ -21,6 +21,7 @@ from ray import serve
 from .launch import build_app
 from .ray_metrics import PERIOD_S as METRICS_PERIOD_S
 from .ray_metrics import RayMetricsMirror
+from .relay import Relay, context as relayed
 
 log = logging.getLogger("specdecode.server")
 
@@ -37,6 +38,7 @@ class Forwarded:
     headers: list[tuple[bytes, bytes]]
     body: bytes
     conversation: str | None  # `conversation_key`, read by the router
+    relay: Relay  # its answer's ids, and what a dead replica had sent of it (`relay`)
 
 
 class EngineReplica:
@@ -101,7 +103,8 @@ class EngineReplica:
                  "raw_path": request.path.encode(), "query_string": request.query_string,
                  "root_path": "", "headers": request.headers, "client": None,
                  "server": None}
-        task = asyncio.create_task(self.app(scope, receive, send))
+        task = asyncio.create_task(self.app(scope, receive, send),
+                                   context=relayed(request.relay))
         task.add_done_callback(lambda _: messages.put_nowait(None))
         try:
             while True:

@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from collections import OrderedDict
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...core.engine import Chunk
-from . import openai_format, tools
+from . import openai_format, relay, tools
 from .errors import APIError
 from .request import EngineRequest
 from .responses_schemas import ResponsesRequest
@@ -115,18 +114,18 @@ class _Answer:
     """One response's objects: its items, the whole response, what `store` keeps."""
 
     def __init__(self, model: str, body: ResponsesRequest, conversation: list[dict]) -> None:
-        self.id, self.model, self.body = "resp_" + uuid.uuid4().hex, model, body
-        self.conversation, self.created = conversation, int(time.time())
+        self.id, self.model, self.body = relay.new_id("resp_"), model, body
+        self.conversation, self.created = conversation, relay.created()
 
     @staticmethod
     def message(text: str, status: str, item_id: str | None = None) -> dict:
-        return {"type": "message", "id": item_id or "msg_" + uuid.uuid4().hex, "status": status,
+        return {"type": "message", "id": item_id or relay.new_id("msg_"), "status": status,
                 "role": "assistant", "content": [] if status == "in_progress" else [
                     {"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
     @staticmethod
     def function_call(call: tools.ToolCall, status: str = "completed") -> dict:
-        return {"type": "function_call", "id": "fc_" + uuid.uuid4().hex, "call_id": call.id,
+        return {"type": "function_call", "id": relay.new_id("fc_"), "call_id": call.id,
                 "name": call.name, "arguments": call.arguments if status == "completed" else "",
                 "status": status}
 
@@ -197,7 +196,7 @@ class _Events:
         out = []
         where = {"output_index": len(self.items), "content_index": 0}
         if self.open_text is None:
-            self.open_text, self.message_id = "", "msg_" + uuid.uuid4().hex
+            self.open_text, self.message_id = "", relay.new_id("msg_")
             out += [self.event("response.output_item.added", output_index=len(self.items),
                                item=_Answer.message("", "in_progress", self.message_id)),
                     self.event("response.content_part.added", item_id=self.message_id,

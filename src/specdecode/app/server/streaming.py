@@ -15,7 +15,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from ...core.engine import Chunk
-from . import tools
+from . import relay, tools
 from .errors import APIError, api_error
 from .metrics import ServerMetrics
 from .request import EngineRequest
@@ -119,9 +119,24 @@ class JobStream(StreamingResponse):
     left first."""
 
     def __init__(self, content, job: Job, metrics: ServerMetrics) -> None:
-        super().__init__(content, media_type="text/event-stream",
+        super().__init__(content if job.relay is None else self._marked(content),
+                         media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.job, self.metrics = job, metrics
+
+    async def _marked(self, content):
+        """A relayed stream: before the events of each chunk that does not end its choice, the
+        comment that names its tokens (`relay.comment`). A dialect writes a chunk's events after
+        taking it from the job and before taking the next, so the chunks taken since the last
+        event are those whose events come next."""
+        told = 0
+        async for part in content:
+            if len(self.job.handed) > told:
+                yield "".join(relay.comment(index, chunk.token_ids)
+                              for index, chunk in self.job.handed[told:]
+                              if chunk.finish_reason is None)
+                told = len(self.job.handed)
+            yield part
 
     async def __call__(self, scope, receive, send) -> None:
         try:

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InvalidParameterError
 from ...grammars import JSON_OPTIONS
+from . import relay
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
@@ -177,7 +177,7 @@ def _call_of(obj: Any) -> ToolCall | None:
             and isinstance(obj.get("arguments", {}), dict)):
         return None
     return ToolCall(obj["name"], json.dumps(obj.get("arguments", {}), ensure_ascii=False),
-                    "call_" + uuid.uuid4().hex[:24])
+                    relay.new_id("call_")[:29])  # OpenAI's length
 
 
 # what such an answer may wrap its calls in: a json fence, or the <tools> tags the template puts

@@ -1,0 +1,166 @@
+"""The ingress of `serve --ray` going on with a stream whose replica died, without Ray: the
+replica's side (`EngineReplica.forward`) runs in this process, a death is a stream cut after
+any event, and what the client receives, the cut stream and then its continuation on a fresh
+replica as the ingress relays it (`_Events`), is the uninterrupted stream, byte for byte, in
+every dialect: text, a JSON schema, logprobs, seeded sampling. A stream of several choices is
+not continued (their chunks would come in another order)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("ray", reason="the [ray] extra is not installed")
+
+from specdecode.app.server import create_app, relay  # noqa: E402
+from specdecode.app.server.ray_ingress import _Events, conversation_key  # noqa: E402
+from specdecode.app.server.ray_replica import EngineReplica, Forwarded  # noqa: E402
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+CHAT = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 24,
+        "temperature": 0, "stream": True}
+ASKED = {
+    "chat": ("/v1/chat/completions", CHAT),
+    "chat-usage-logprobs": ("/v1/chat/completions", {
+        **CHAT, "logprobs": True, "top_logprobs": 2, "stream_options": {"include_usage": True}}),
+    "chat-json-schema": ("/v1/chat/completions", {**CHAT, "max_tokens": 40, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}}),
+    "chat-seeded": ("/v1/chat/completions", {**CHAT, "temperature": 1.0, "seed": 7}),
+    "completions": ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 24,
+                                        "temperature": 0, "stream": True}),
+    "responses": ("/v1/responses", {"input": "Tell me a story.", "max_output_tokens": 24,
+                                    "temperature": 0, "stream": True}),
+    "messages": ("/v1/messages", {"model": "any", "messages": [
+        {"role": "user", "content": "Tell me a story."}],
+                                  "max_tokens": 24, "temperature": 0, "stream": True}),
+    "llamacpp": ("/completion", {"prompt": "Once upon a time", "n_predict": 24,
+                                 "temperature": 0, "stream": True}),
+}
+
+
+@pytest.fixture(scope="module")
+def replica(served_model):
+    """What `EngineReplica.forward` needs of a replica: its app (its engine thread started)."""
+    return SimpleNamespace(app=create_app(served_model), name="test")
+
+
+def forward(replica, path: str, body: dict, sent=(), resumes: int = 0) -> list[bytes]:
+    """The replica's answer to a relayed request, as the ASGI body parts it sends (a `model`
+    in the body names the served one)."""
+    if "model" in body:
+        body = {**body, "model": replica.app.state.specdecode.model_id}
+    asked = Forwarded("POST", path, b"", [(b"content-type", b"application/json")],
+                      json.dumps(body).encode(), conversation_key(path, json.dumps(body).encode()),
+                      relay.Relay("seed-of-the-test", 1_700_000_000, tuple(sent), resumes))
+
+    async def collect() -> list[bytes]:
+        parts = []
+        async for batch in EngineReplica.forward(replica, asked):
+            for message in batch:
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                else:
+                    parts.append(message.get("body", b""))
+        assert status == 200, parts
+        return parts
+
+    return asyncio.run(collect())
+
+
+def events(parts: list[bytes]) -> list[bytes]:
+    raw = b"".join(parts)
+    return [e + b"\n\n" for e in raw.split(b"\n\n") if e]
+
+
+def relayed(replica, path: str, body: dict, cut: int) -> bytes:
+    """What the client receives when the replica dies after the stream's first `cut` events
+    (comments included) and a fresh replica goes on."""
+    delivered: list[bytes] = []
+
+    async def send(message: dict) -> None:
+        delivered.append(message.get("body", b""))
+
+    stream = _Events(send)
+    first = events(forward(replica, path, body))[:cut]
+    asyncio.run(stream.feed([{"type": "http.response.body", "body": e} for e in first]))
+    stream.resume()
+    rest = forward(replica, path, body, stream.sent, resumes=1)
+    asyncio.run(stream.feed([{"type": "http.response.body", "body": p} for p in rest]))
+    asyncio.run(stream.close())
+    return b"".join(delivered)
+
+
+def without_comments(parts: list[bytes]) -> bytes:
+    return b"".join(e for e in events(parts) if relay.sent_chunk(e) is None)
+
+
+def _said(stream: bytes) -> list[bytes]:
+    """A stream's events but keep-alives (an SSE comment, Anthropic's ping: they say nothing,
+    and a continuation may send one more)."""
+    return [e for e in events([_stable(stream)])
+            if not (e.startswith(b":") or e.startswith(b"event: ping\n"))]
+
+
+def test_a_comment_names_its_chunk_and_nothing_else_is_one():
+    assert relay.sent_chunk(relay.comment(2, [5, 6]).encode()) == (2, (5, 6))
+    assert relay.sent_chunk(b": keep-alive\n\n") is None
+    assert relay.sent_chunk(b'data: {"a": 1}\n\n') is None
+
+
+@pytest.mark.parametrize("name", ASKED)
+def test_a_stream_cut_anywhere_and_continued_elsewhere_is_the_uninterrupted_stream(replica,
+                                                                                 name):
+    path, body = ASKED[name]
+    whole = forward(replica, path, body)
+    n = len(events(whole))
+    assert sum(relay.sent_chunk(e) is not None for e in events(whole)) >= 3  # chunks to cut at
+    expected = without_comments(whole)
+    for cut in sorted({0, 1, 2, 3, n // 3, n // 2, n - 3, n - 1}):
+        got = relayed(replica, path, body, cut)
+        assert _said(got) == _said(expected), (name, cut)
+
+
+def test_a_stream_of_several_choices_is_not_continued(replica):
+    body = {**CHAT, "n": 2}
+    first = events(forward(replica, "/v1/chat/completions", body))
+    sent = [chunk for e in first if (chunk := relay.sent_chunk(e)) is not None]
+    with pytest.raises(AssertionError, match="several choices is not continued"):
+        forward(replica, "/v1/chat/completions", body, sent[:1])
+
+
+def test_the_replica_that_continues_a_stream_counts_it_and_the_tokens_it_read_again(replica):
+    metrics = replica.app.state.specdecode.metrics
+    before = (metrics.resumed._value.get(), metrics.resumed_tokens._value.get())
+    path, body = ASKED["completions"]
+    sent = [c for e in events(forward(replica, path, body)) if (c := relay.sent_chunk(e))]
+    forward(replica, path, body, sent[:2], resumes=1)
+    assert metrics.resumed._value.get() == before[0] + 1
+    assert metrics.resumed_tokens._value.get() == before[1] + sum(len(ids) for _, ids in sent[:2])
+
+
+def _stable(stream: bytes) -> bytes:
+    """A stream without what measures the run that wrote it: llama.cpp's timings and the
+    `speculative` statistics (a continuation reports its own run's, and what it read again)."""
+    out = []
+    for event in events([stream]):
+        head, _, data = event.partition(b"data: ")
+        try:
+            obj = json.loads(data.strip())
+        except ValueError:
+            out.append(event)
+            continue
+        out.append(head + b"data: " + json.dumps(_untimed(obj)).encode() + b"\n\n")
+    return b"".join(out)
+
+
+def _untimed(obj):
+    if isinstance(obj, dict):
+        return {k: _untimed(v) for k, v in obj.items()
+                if k not in ("timings", "speculative")}
+    if isinstance(obj, list):
+        return [_untimed(v) for v in obj]
+    return obj
