@@ -417,6 +417,19 @@ def test_slots_show_a_running_request_and_free_its_place_when_its_client_leaves(
             time.sleep(0.05)
 
 
+def test_a_whole_answer_whose_client_left_frees_its_place_while_its_tokens_still_come(
+        slow_decoder):
+    app = create_app(slow_decoder, max_batch=1, slots=True)
+    with running(app) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+        with pytest.raises(httpx.ReadTimeout):  # a token every step: never a silent 0.5 s
+            c.post("/completion", json={"prompt": PROMPT, "n_predict": 400, "temperature": 0},
+                   timeout=0.3)
+        deadline = time.monotonic() + 3  # 400 steps would take 16 s
+        while c.get("/slots").json()[0]["is_processing"]:
+            assert time.monotonic() < deadline, "the place was not freed"
+            time.sleep(0.05)
+
+
 @pytest.mark.real_model
 def test_props_name_the_gguf_file_a_model_was_loaded_from(default_model):
     with running(create_app(default_model)) as srv, httpx.Client(base_url=srv.url,

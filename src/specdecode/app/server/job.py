@@ -51,6 +51,7 @@ class Job:
         self.request = request
         self.created = time.monotonic()
         self.deadline = self.created + timeout
+        self.client_checked = self.created  # when its handler last asked whether its client left
         self.prompt_ids: list[list[int]] = []  # set by the worker before the first chunk is sent
         self.runs: list[RunStats] = []  # each choice's statistics, as they grow (worker's)
         self.pieces: dict[int, bytes] = {}  # token id -> its bytes, for logprobs and echo

@@ -40,13 +40,18 @@ def sse(obj: dict) -> str:
 
 async def next_chunk(job: Job, request: Request) -> tuple[int, Chunk]:
     """Wait for the job's next (choice, chunk) while nothing has been sent yet, noticing a
-    client that gives up meanwhile (so its queued or running job does not hold the engine)."""
+    client that gives up meanwhile (so its queued or running job does not hold the engine):
+    every DISCONNECT_POLL_SECONDS, whether chunks keep coming or not."""
     while True:
         event = await job.next_event(poll=DISCONNECT_POLL_SECONDS)
-        if event is not None:
+        now = time.monotonic()
+        if event is not None and now < job.client_checked + DISCONNECT_POLL_SECONDS:
             return event
+        job.client_checked = now
         if await request.is_disconnected():
             raise APIError(499, "client closed the request", code="client_closed_request")
+        if event is not None:
+            return event
 
 
 async def admitted(job: Job, request: Request) -> tuple[int, Chunk] | None:
