@@ -76,16 +76,17 @@ def events(parts: list[bytes]) -> list[bytes]:
     return [e + b"\n\n" for e in raw.split(b"\n\n") if e]
 
 
-def relayed(replica, path: str, body: dict, cut: int) -> bytes:
+def relayed(replica, path: str, body: dict, cut: int, first: list[bytes] | None = None) -> bytes:
     """What the client receives when the replica dies after the stream's first `cut` events
-    (comments included) and a fresh replica goes on."""
+    (comments included; `first`: that stream's events, else a new one) and a fresh replica
+    goes on."""
     delivered: list[bytes] = []
 
     async def send(message: dict) -> None:
         delivered.append(message.get("body", b""))
 
     stream = _Events(send)
-    first = events(forward(replica, path, body))[:cut]
+    first = (first or events(forward(replica, path, body)))[:cut]
     asyncio.run(stream.feed([{"type": "http.response.body", "body": e} for e in first]))
     stream.resume()
     rest = forward(replica, path, body, stream.sent, resumes=1)
@@ -122,6 +123,39 @@ def test_a_stream_cut_anywhere_and_continued_elsewhere_is_the_uninterrupted_stre
     for cut in sorted({0, 1, 2, 3, n // 3, n // 2, n - 3, n - 1}):
         got = relayed(replica, path, body, cut)
         assert _said(got) == _said(expected), (name, cut)
+
+
+def test_a_stream_whose_replicas_die_twice_is_still_the_uninterrupted_stream(replica):
+    path, body = ASKED["chat-usage-logprobs"]
+    delivered: list[bytes] = []
+
+    async def send(message: dict) -> None:
+        delivered.append(message.get("body", b""))
+
+    stream = _Events(send)
+    whole = events(forward(replica, path, body))
+    asyncio.run(stream.feed([{"type": "http.response.body", "body": e} for e in whole[:4]]))
+    stream.resume()
+    again = events(forward(replica, path, body, stream.sent, resumes=1))
+    asyncio.run(stream.feed([{"type": "http.response.body", "body": e} for e in again[:12]]))
+    stream.resume()
+    rest = forward(replica, path, body, stream.sent, resumes=2)
+    asyncio.run(stream.feed([{"type": "http.response.body", "body": p} for p in rest]))
+    asyncio.run(stream.close())
+    assert _said(b"".join(delivered)) == _said(without_comments(whole))
+
+
+def test_an_unseeded_sampled_stream_goes_on_from_exactly_the_text_sent(replica):
+    path, body = "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 24,
+                                     "temperature": 1.0, "stream": True}
+    whole = events(forward(replica, path, body))
+    cut = len(whole) // 2
+    got = _said(relayed(replica, path, body, cut, whole))
+    sent = _said(b"".join(e for e in whole[:cut] if relay.sent_chunk(e) is None))
+    assert got[: len(sent)] == sent  # what the client had, then the rest, nothing repeated
+    texts = [json.loads(e[len(b"data: "):])["choices"][0]["text"] for e in got[:-1]]
+    ids = [relay.sent_chunk(e) for e in whole[:cut] if relay.sent_chunk(e)]
+    assert len(texts) == len(got) - 1 and got[-1] == b"data: [DONE]\n\n" and ids
 
 
 def test_a_stream_of_several_choices_is_not_continued(replica):
