@@ -2,8 +2,8 @@
 replica's side (`EngineReplica.forward`) runs in this process, a death is a stream cut after
 any event, and what the client receives, the cut stream and then its continuation on a fresh
 replica as the ingress relays it (`_Events`), is the uninterrupted stream, byte for byte, in
-every dialect: text, a JSON schema, logprobs, seeded sampling. A stream of several choices is
-not continued (their chunks would come in another order)."""
+every dialect: text, a tool call, a JSON schema, logprobs, seeded sampling. A stream of several
+choices is not continued (their chunks would come in another order)."""
 
 from __future__ import annotations
 
@@ -123,6 +123,26 @@ def test_a_stream_cut_anywhere_and_continued_elsewhere_is_the_uninterrupted_stre
     for cut in sorted({0, 1, 2, 3, n // 3, n // 2, n - 3, n - 1}):
         got = relayed(replica, path, body, cut)
         assert _said(got) == _said(expected), (name, cut)
+
+
+TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city", "days"]}}}]
+
+
+@pytest.mark.real_model  # the tiny model's 128-token context holds no tool list
+def test_a_tool_call_cut_midway_and_continued_is_the_uninterrupted_call(default_model):
+    replica = SimpleNamespace(app=create_app(default_model), name="test")
+    path, body = "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "What is the weather in Paris this week?"}],
+        "tools": TOOLS, "tool_choice": "required", "max_tokens": 64, "temperature": 0,
+        "stream": True}
+    whole = forward(replica, path, body)
+    assert b'"tool_calls"' in b"".join(whole)
+    n = len(events(whole))
+    assert sum(relay.sent_chunk(e) is not None for e in events(whole)) >= 2
+    for cut in sorted({1, n // 3, n // 2, n - 2}):
+        assert _said(relayed(replica, path, body, cut)) == _said(without_comments(whole)), cut
 
 
 def test_a_stream_whose_replicas_die_twice_is_still_the_uninterrupted_stream(replica):
