@@ -1,14 +1,14 @@
-"""Killing an engine replica under load: 2 replicas of 1 thread on the 135M model behind
+"""Killing an engine replica under load: 2 replicas of 1 thread on a model (the 135M) behind
 Ray's proxy, 16 streaming clients of 3 greedy requests each, one replica's process killed
-(SIGKILL) 1.5 s in, --kills times. Counts each request's outcome (same: ended by [DONE] with the
+(SIGKILL) once a stream has sent some text, --kills times. Counts each request's outcome (same: ended by [DONE] with the
 text and finish reason the undisturbed deployment gave the same request; changed: ended, but
 otherwise; error event: a clean error event, then [DONE]; anything else is a lost request), the
 streams another replica continued midway (their usage reports the tokens it read again), and
 times the deployment's return to 2 running replicas.
 
-    .venv/bin/python docs/benchmarks/ray/faults.py [--kills 3]
+    .venv/bin/python docs/benchmarks/ray/faults.py [--kills 3] [--model qwen2.5-coder-1.5b]
 
-Writes faults.md beside this file.
+Writes faults.md (another model: faults-MODEL.md) beside this file.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from specdecode.app.server import ray_serve
 from ray import serve  # noqa: E402  (after ray_serve: it sets Ray Serve's switches first)
 
 HERE = Path(__file__).parent
-CLIENTS, PER_CLIENT, KILL_AFTER_S = 16, 3, 1.5
+CLIENTS, PER_CLIENT = 16, 3
+KILL_AFTER_CHUNKS = 4  # a stream's text chunks before the kill: answers are midway
 
 
 def replicas_running() -> int:
@@ -41,7 +42,8 @@ def replicas_running() -> int:
     return status.deployments[ray_serve.ENGINE].replica_states.get("RUNNING", 0)
 
 
-async def answer(client: httpx.AsyncClient, prompt: str) -> tuple[str, ...]:
+async def answer(client: httpx.AsyncClient, prompt: str,
+                 begun: asyncio.Event | None = None) -> tuple[str, ...]:
     """A streamed greedy answer: ("done", its text, its finish reason, the tokens a replica
     read again to continue it), ("error event",), or what went wrong."""
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 64,
@@ -54,6 +56,8 @@ async def answer(client: httpx.AsyncClient, prompt: str) -> tuple[str, ...]:
             async for line in r.aiter_lines():
                 if line.startswith("data: "):
                     events.append(line[len("data: "):])
+                    if begun is not None and len(events) > KILL_AFTER_CHUNKS:
+                        begun.set()
     except httpx.HTTPError as exc:
         return (type(exc).__name__,)
     if events[-1:] != ["[DONE]"]:
@@ -76,15 +80,16 @@ async def one_kill(url: str, prompts: list[str],
             outcomes = []
             for j in range(PER_CLIENT):
                 prompt = prompts[(k * PER_CLIENT + j) % len(prompts)]
-                got = await answer(client, prompt)
+                got = await answer(client, prompt, begun)
                 outcomes.append(got[0] if got[0] != "done" else
                                 "same" if got[:3] == expected[prompt][:3] else "changed")
                 if got[0] == "done" and got[3]:
                     outcomes.append("continued")
             return outcomes
 
+        begun = asyncio.Event()
         clients = asyncio.gather(*(one_client(k) for k in range(CLIENTS)))
-        await asyncio.sleep(KILL_AFTER_S)
+        await begun.wait()
         engines = [p for p in psutil.process_iter(["cmdline"])
                    if ray_serve.ENGINE in " ".join(p.info["cmdline"] or [])]
         engines[0].send_signal(signal.SIGKILL)
@@ -103,9 +108,11 @@ async def undisturbed(url: str, prompts: list[str]) -> dict[str, tuple[str, ...]
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kills", type=int, default=3)
+    p.add_argument("--model", default="smollm2-135m")
     a = p.parse_args()
     port = free_port()
-    args = build_parser().parse_args(["serve", "--ray", "--replicas", "2", "--threads", "1",
+    args = build_parser().parse_args(["serve", "--model", a.model, "--ray", "--replicas", "2",
+                                      "--threads", "1",
                                       "--port", str(port)])
     prompts = [q["turns"][0] for q in select(load_questions(None), 80)]
     rows = []
@@ -122,9 +129,9 @@ def main() -> None:
     lost = sum(n for outcomes, _ in rows for k, n in outcomes.items()
                if k not in ("same", "changed", "error event", "continued"))
     lines = [f"# A replica killed under load: {CLIENTS} streaming clients x {PER_CLIENT} "
-             f"greedy requests, 2 replicas x 1 thread, smollm2-135m", "",
+             f"greedy requests, 2 replicas x 1 thread, {a.model}", "",
              f"{machine['cpu']}; commit {machine['commit']}, {machine['date']}; `python "
-             f"docs/benchmarks/ray/faults.py --kills {a.kills}`", "",
+             f"docs/benchmarks/ray/faults.py --kills {a.kills} --model {a.model}`", "",
              "| kill | requests | continued midway | same answer | changed | error event | lost "
              "| back to 2 replicas (s) |", "|---|---|---|---|---|---|---|---|"]
     for i, (outcomes, back) in enumerate(rows, 1):
@@ -137,7 +144,8 @@ def main() -> None:
               f"streams ended by an error: **{sum(o['error event'] for o, _ in rows)}**."]
     report = "\n".join(lines)
     print(report)
-    (HERE / "faults.md").write_text(report + "\n")
+    name = "faults.md" if a.model == "smollm2-135m" else f"faults-{a.model}.md"
+    (HERE / name).write_text(report + "\n")
 
 
 if __name__ == "__main__":
