@@ -159,10 +159,10 @@ def test_a_conversations_turns_go_back_to_the_replica_of_its_first(ray_url):
 
 
 async def _streamed(client: httpx.AsyncClient, body: dict,
-                    begun: asyncio.Event | None = None) -> tuple[tuple[str, str | None, int], int]:
+                    begun: list | None = None) -> tuple[tuple[str, str | None, int], int]:
     """A streamed chat answer's text, its finish reason and its error events, and the tokens
-    a replica read again to continue it (its usage says); `begun` is set once some of its text
-    has come."""
+    a replica read again to continue it (its usage says); once some of its text has come, it
+    adds itself to `begun`."""
     text, finish, errors, resumed = [], None, 0, 0
     async with client.stream("POST", "/v1/chat/completions", json={
             **body, "stream": True, "stream_options": {"include_usage": True}}) as r:
@@ -177,25 +177,28 @@ async def _streamed(client: httpx.AsyncClient, body: dict,
                 finish = choice.get("finish_reason") or finish
             if event.get("usage"):
                 resumed = event["usage"]["speculative"].get("resumed_tokens", 0)
-            if begun is not None and len(text) > 4:
-                begun.set()
+            if begun is not None and len(text) == 5:
+                begun.append(body)
     return ("".join(text), finish, errors), resumed
 
 
 def test_a_replica_killed_under_load_loses_no_stream_and_changes_no_greedy_answer(ray_url,
                                                                                   local_url):
-    bodies = [{"messages": [{"role": "user", "content": PROMPTS[k % len(PROMPTS)]}],
+    # 16 conversations, new to the router: they spread over both replicas, so the one killed
+    # is writing streams
+    bodies = [{"messages": [{"role": "user", "content": f"{PROMPTS[k % len(PROMPTS)]} ({k})"}],
                "max_tokens": 64, "temperature": 0} for k in range(16)]
 
     async def undisturbed() -> list[tuple[str, str | None, int]]:
         async with httpx.AsyncClient(base_url=local_url, timeout=120) as client:
-            return [(await _streamed(client, body))[0] for body in bodies[: len(PROMPTS)]]
+            return [(await _streamed(client, body))[0] for body in bodies]
 
     async def load() -> tuple[list, float]:
         async with httpx.AsyncClient(base_url=ray_url, timeout=120) as client:
-            begun = asyncio.Event()  # streams are midway: some have sent text
+            begun: list = []  # streams midway: both replicas' have sent text
             streams = asyncio.gather(*(_streamed(client, body, begun) for body in bodies))
-            await begun.wait()
+            while len(begun) < 12:
+                await asyncio.sleep(0.02)
             victim = _engine_replicas()[0]
             victim.send_signal(signal.SIGKILL)
             killed = time.monotonic()
@@ -204,11 +207,18 @@ def test_a_replica_killed_under_load_loses_no_stream_and_changes_no_greedy_answe
     expected = asyncio.run(undisturbed())
     answers, killed = asyncio.run(load())
     # every stream, those the dead replica was writing included, ends as it would have
-    assert [a for a, _ in answers] == [expected[k % len(PROMPTS)] for k in range(16)]
+    assert [a for a, _ in answers] == expected
     assert any(resumed for _, resumed in answers), "no stream was continued midway"
     while _running_replicas() < 2:
         assert time.monotonic() - killed < 60, "the killed replica was not replaced in 60 s"
         time.sleep(0.5)
+    counted, deadline = 0.0, time.monotonic() + 60
+    while not counted:  # the replica that continued them counts them; Ray exports it a while later
+        assert time.monotonic() < deadline, "Ray exported no count of continued streams"
+        time.sleep(1)
+        counted = sum(float(line.rsplit(" ", 1)[1]) for line in httpx.get(
+            f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).text.splitlines()
+            if line.startswith("ray_specdecode_resumed_streams_total{"))
 
 
 def test_every_replicas_metrics_are_exported_by_ray_labelled_by_replica(ray_url):

@@ -45,5 +45,7 @@ class RayMetricsMirror:
                 description: str) -> metrics.Counter | metrics.Gauge:
         if name not in self.metrics:
             kind = metrics.Counter if counted else metrics.Gauge
-            self.metrics[name] = kind(name, description=description, tag_keys=tag_keys)
+            # Ray takes ASCII descriptions only: one with "τ" raised, and the copying ended
+            ascii_description = description.encode("ascii", "replace").decode("ascii")
+            self.metrics[name] = kind(name, description=ascii_description, tag_keys=tag_keys)
         return self.metrics[name]

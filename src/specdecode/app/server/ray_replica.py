@@ -70,7 +70,10 @@ class EngineReplica:
 
         def copy_metrics() -> None:
             while not self._stopping.wait(METRICS_PERIOD_S):
-                mirror.copy()
+                try:
+                    mirror.copy()
+                except Exception:  # logged; the next period copies what it can again
+                    log.exception("copying this replica's metrics into Ray's failed")
 
         threading.Thread(target=copy_metrics, name="specdecode-metrics", daemon=True).start()
         context = serve.get_replica_context()
