@@ -14,9 +14,11 @@ from types import SimpleNamespace
 import pytest
 
 pytest.importorskip("ray", reason="the [ray] extra is not installed")
+from ray.exceptions import ActorDiedError  # noqa: E402
 
 from specdecode.app.server import create_app, relay  # noqa: E402
-from specdecode.app.server.ray_ingress import _Events, conversation_key  # noqa: E402
+from specdecode.app.server.ray_ingress import (  # noqa: E402
+    RESUMES, _Events, _Relayed, conversation_key)
 from specdecode.app.server.ray_replica import EngineReplica, Forwarded  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -176,6 +178,71 @@ def test_an_unseeded_sampled_stream_goes_on_from_exactly_the_text_sent(replica):
     texts = [json.loads(e[len(b"data: "):])["choices"][0]["text"] for e in got[:-1]]
     ids = [relay.sent_chunk(e) for e in whole[:cut] if relay.sent_chunk(e)]
     assert len(texts) == len(got) - 1 and got[-1] == b"data: [DONE]\n\n" and ids
+
+
+class _Replica:
+    """A replica's answer as the ingress reads it: batches of ASGI messages, then its death."""
+
+    def __init__(self, batches: list[list[dict]]) -> None:
+        self.batches, self.cancelled = batches, False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> list[dict]:
+        if not self.batches:
+            raise ActorDiedError()
+        return self.batches.pop(0)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_stream_whose_client_left_is_not_continued_and_its_replica_stops(replica):
+    path, body = ASKED["completions"]
+    parts = forward(replica, path, body)
+    start = [{"type": "http.response.start", "status": 200,
+              "headers": [(b"content-type", b"text/event-stream")]}]
+    dying = _Replica([[{"type": "http.response.body", "body": p, "more_body": True}]
+                      for p in parts[:3]])
+    asked_again = []
+
+    class Ingress:
+        async def start(self, forwarded):
+            asked_again.append(forwarded)
+            raise AssertionError("a stream whose client left was sent again")
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            raise asyncio.CancelledError  # Ray's proxy cancels the ingress when its client leaves
+
+    relayed_answer = _Relayed(start, dying, Ingress(), None)
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(relayed_answer(None, None, send))
+    assert dying.cancelled and not asked_again
+    # and a stream whose client stays is continued when its replica dies
+    delivered = []
+
+    async def keep(message: dict) -> None:
+        delivered.append(message)
+
+    again = _Replica([])
+
+    class Continuing:
+        async def start(self, forwarded):
+            asked_again.append(forwarded)
+            return start, again
+
+    dying = _Replica([[{"type": "http.response.body", "body": p, "more_body": True}]
+                      for p in parts[:3]])
+    asyncio.run(_Relayed(start, dying, Continuing(), _forwarded(path, body))(None, None, keep))
+    assert len(asked_again) == RESUMES  # again each time the continuation died too, no more
+    assert delivered[-1]["body"].endswith(b"data: [DONE]\n\n")  # the error event's end
+
+
+def _forwarded(path: str, body: dict) -> Forwarded:
+    raw = json.dumps(body).encode()
+    return Forwarded("POST", path, b"", [], raw, None, relay.Relay("s", 0))
 
 
 def test_a_stream_of_several_choices_is_not_continued(replica):
