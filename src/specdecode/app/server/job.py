@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections import Counter
 from typing import Iterable
 
 from ...core.budget import DraftBudget
@@ -70,8 +69,6 @@ class Job:
         # for a continuation, those its client has had already
         self.relay = relay.current()
         self.handed: list[tuple[int, Chunk]] = []
-        # a continuation's replayed chunks still to come by choice, and those come (worker's)
-        self.replaying: tuple[Counter, dict[int, list[Chunk]]] | None = None
         self._loop = asyncio.get_running_loop()
 
     def cancel(self) -> None:

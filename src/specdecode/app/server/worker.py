@@ -16,10 +16,9 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter
 from typing import Any, Callable, TypeVar
 
-from ...core.engine import Batch, Chunk, Speculation
+from ...core.engine import Batch, Speculation
 from ...core.prefix_cache import PrefixCache
 from ...core.sequence import SequenceState
 from ...errors import InvalidParameterError, KernelError, SpecDecodeError
@@ -229,8 +228,8 @@ class EngineWorker:
         """Join the job's choices to the batch (appending them to `seqs`): per prompt, the
         first reads it and the others share that prefill (`Batch.fork`); choice i of a prompt is
         seeded with seed + i. A relayed job that continues a dead replica's stream
-        (`relay.Relay.sent`) continues each choice from the tokens sent (each reads its own
-        prompt) and hands the sent chunks out again first (`_replayed`)."""
+        (`relay.Relay.sent`, one choice) continues from the tokens sent, whose chunks the batch
+        hands out again first, in order, once they are read (`core.engine.admit`)."""
         asked = job.request
         decoder = job.decoder = self.decoders.get(asked.method)
         # what it runs with, for its usage report
@@ -245,40 +244,18 @@ class EngineWorker:
                 job.learn_pieces(decoder.model, ids)
             first = None
             for i in range(asked.n):
-                index = p * asked.n + i
                 request = decoder.request(ids, max_draft_nodes=job.budget.nodes,
                                           max_draft_depth=job.budget.depth,
-                                          generated=[c for k, c in sent if k == index],
+                                          generated=[chunk for _, chunk in sent],
                                           **asked.engine_settings(i))
-                seq = (batch.join(request) if first is None or sent
-                       else batch.fork(first, request))
+                seq = batch.join(request) if first is None else batch.fork(first, request)
                 first = first or seq
                 seqs.append(seq)
                 job.runs.append(seq.stats)
-                self._running[id(seq)] = (job, seq, index)
-        if sent:
-            job.replaying = Counter(index for index, _ in sent), {}
+                self._running[id(seq)] = (job, seq, p * asked.n + i)
         if job.relay is not None and job.relay.resumes:
             self.metrics.resumed.inc()
             self.metrics.resumed_tokens.inc(sum(len(ids) for _, ids in sent))
-
-    @staticmethod
-    def _replayed(job: Job, index: int, chunk: Chunk) -> bool:
-        """Whether `chunk` is one of a continuation's replayed chunks (`_join`): those are held
-        until every choice's have come (each once its prompt is read), then handed out in the
-        order they were first sent."""
-        if job.replaying is None:
-            return False
-        left, held = job.replaying
-        if not left[index]:
-            return False
-        left[index] -= 1
-        held.setdefault(index, []).append(chunk)
-        if not +left:
-            job.replaying = None
-            for i, _ in job.relay.sent:
-                job.send((i, held[i].pop(0)))
-        return True
 
     def running(self) -> list[dict]:
         """llama.cpp's view of each choice decoding now (`/slots`): its prompt's tokens, the
@@ -334,8 +311,6 @@ class EngineWorker:
                      (*(chunk.logprobs or ()), *filter(None, chunk.prompt_logprobs or ()))]
             if named:
                 job.learn_pieces(model, (t for ids in named for t in ids))
-            if self._replayed(job, index, chunk):
-                continue
             job.send((index, chunk))
             if chunk.finish_reason is not None:
                 self.metrics.observe_run(job.decoder.method, chunk.finish_reason, chunk.stats,
